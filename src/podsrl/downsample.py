@@ -1,0 +1,136 @@
+"""Down-sampling rules: which m of a group's n rollouts reach the policy update.
+
+PODS (Xu et al., 2025, arXiv 2504.13818) generates n rollouts per prompt and trains on m < n.
+The preferred rule is *max-variance* down-sampling,
+
+    S* = argmax_{S ⊆ [n], |S| = m}  Var({r_i : i ∈ S}),
+
+solved exactly by Theorem 1: some optimal S is the k highest plus the m − k lowest rewards for a
+k in 0..m. With the group sorted, the m + 1 candidates are scored at once from prefix sums of r
+and r², so the rule costs one sort per group and O(m) arithmetic, vectorised over groups and k.
+
+All rules map a reward matrix ``[B, n]`` to indices ``[B, m]`` into its last dimension and are
+registered by name in :data:`RULES`; :func:`register_rule` adds one.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+Rule = Callable[[Tensor, int, "torch.Generator | None"], Tensor]
+"""``rule(rewards[B, n], m, generator) -> indices[B, m]``; inputs are already validated."""
+
+RULES: dict[str, Rule] = {}
+
+
+def register_rule(name: str) -> Callable[[Rule], Rule]:
+    """Decorator that makes a rule available to :func:`select` (and the config) under ``name``."""
+
+    def add(fn: Rule) -> Rule:
+        RULES[name] = fn
+        return fn
+
+    return add
+
+
+def select(
+    rewards: Tensor, m: int, rule: str = "max_variance", generator: torch.Generator | None = None
+) -> Tensor:
+    """Indices of the ``m`` rollouts of each group that the update trains on.
+
+    Args:
+        rewards: float tensor ``[B, n]`` (B groups of n rollouts) or ``[n]`` (one group).
+        m: rollouts kept per group, ``1 <= m <= n``. ``m == n`` returns every index in order.
+        rule: a name in :data:`RULES` (``max_variance``, ``max_reward``, ``random``, ``percentile``).
+        generator: random source for stochastic rules.
+
+    Returns:
+        long tensor ``[B, m]`` (or ``[m]``) of indices into the last dimension of ``rewards``.
+
+    Raises:
+        ValueError: on a wrong shape, non-finite rewards, ``m`` outside ``1..n`` or an unknown rule.
+    """
+    rewards = torch.as_tensor(rewards)
+    if rewards.dim() not in (1, 2):
+        raise ValueError(f"rewards must be [n] or [B, n], got {rewards.dim()} dimensions")
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    n = rewards.shape[-1]
+    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= n:
+        raise ValueError(f"m must be an integer in 1..n = 1..{n}, got {m!r}")
+    if rule not in RULES:
+        raise ValueError(f"unknown down-sampling rule {rule!r}; known: {', '.join(sorted(RULES))}")
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN or inf")
+
+    batched = rewards.unsqueeze(0) if rewards.dim() == 1 else rewards  # [B, n]
+    if m == n:
+        idx = torch.arange(n, device=rewards.device).expand(batched.shape[0], n).clone()
+    else:
+        idx = RULES[rule](batched, m, generator)  # [B, m]
+    return idx.squeeze(0) if rewards.dim() == 1 else idx
+
+
+@register_rule("max_variance")
+def max_variance(rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
+    """Exact max-variance subset (Theorem 1): the k highest plus the m − k lowest, best k.
+
+    Ties are broken deterministically by one stable sort: among equal rewards the low end takes
+    lower indices first and the high end higher indices first (so the ends never overlap), and
+    among equally good k the smallest k wins.
+    """
+    B, n = rewards.shape
+    vals, order = torch.sort(rewards, dim=-1, stable=True)  # [B, n] ascending
+    low_vals, low_idx = vals[:, :m], order[:, :m]  # [B, m] the m lowest, ascending
+    high_vals, high_idx = vals[:, n - m :].flip(-1), order[:, n - m :].flip(-1)  # [B, m] descending
+
+    # Centre each group before summing squares so large offsets do not cancel catastrophically.
+    centre = rewards.mean(dim=-1, keepdim=True, dtype=torch.float64)  # [B, 1]
+    lo = low_vals.double() - centre  # [B, m]
+    hi = high_vals.double() - centre  # [B, m]
+    zero = lo.new_zeros(B, 1)
+    lo1 = torch.cat([zero, lo.cumsum(-1)], -1)  # [B, m+1]  sum of the j lowest
+    lo2 = torch.cat([zero, (lo * lo).cumsum(-1)], -1)
+    hi1 = torch.cat([zero, hi.cumsum(-1)], -1)  # [B, m+1]  sum of the k highest
+    hi2 = torch.cat([zero, (hi * hi).cumsum(-1)], -1)
+
+    # Candidate k takes the k highest and the m - k lowest: flip the low sums to index by k.
+    s1 = hi1 + lo1.flip(-1)  # [B, m+1]
+    s2 = hi2 + lo2.flip(-1)
+    var = s2 / m - (s1 / m) ** 2  # [B, m+1]  population variance of each candidate
+    k = var.argmax(dim=-1, keepdim=True)  # [B, 1]  first (smallest) k on ties
+
+    # Output slot j < m - k holds the j-th lowest, slot j >= m - k the (j - (m - k))-th highest.
+    j = torch.arange(m, device=rewards.device).expand(B, m)  # [B, m]
+    from_low = j < (m - k)
+    return torch.where(
+        from_low,
+        torch.gather(low_idx, 1, j.clamp(max=m - 1)),
+        torch.gather(high_idx, 1, (j - (m - k)).clamp(min=0)),
+    )
+
+
+@register_rule("max_reward")
+def max_reward(rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
+    """The m highest rewards; lower index first among ties."""
+    return torch.sort(-rewards, dim=-1, stable=True).indices[:, :m]
+
+
+@register_rule("random")
+def random(rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
+    """m indices uniformly at random without replacement, independently per group."""
+    keys = torch.rand(rewards.shape, generator=generator, device=rewards.device)
+    return keys.argsort(dim=-1)[:, :m]
+
+
+@register_rule("percentile")
+def percentile(rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
+    """m evenly spaced order statistics, the minimum and the maximum included (m = 1: minimum)."""
+    n = rewards.shape[-1]
+    order = torch.sort(rewards, dim=-1, stable=True).indices  # [B, n] ascending
+    j = torch.arange(m, device=rewards.device)
+    positions = j * (n - 1) // max(m - 1, 1)  # [m] distinct, since (n - 1) / (m - 1) >= 1
+    return order[:, positions]

@@ -1,0 +1,164 @@
+"""select(): exactness against brute force, Theorem 2, batching, the other rules, bad input."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from podsrl.downsample import RULES, register_rule, select
+
+
+def brute_force_best_variance(rewards: np.ndarray, m: int) -> np.ndarray:
+    """Largest population variance over every m-subset of each row: [B, n] -> [B]."""
+    n = rewards.shape[-1]
+    combos = np.array(list(itertools.combinations(range(n), m)))  # [C, m]
+    return rewards[:, combos].var(axis=-1).max(axis=-1)  # [B, C, m] -> [B]
+
+
+def subset_variance(rewards: torch.Tensor, idx: torch.Tensor) -> np.ndarray:
+    return torch.gather(rewards, 1, idx).numpy().var(axis=-1)
+
+
+def random_groups(rng: np.random.Generator, kind: str, B: int, n: int) -> np.ndarray:
+    if kind == "continuous":
+        return rng.normal(size=(B, n))
+    if kind == "binary":
+        return rng.integers(0, 2, size=(B, n)).astype(np.float64)
+    if kind == "ties":  # few distinct values, many ties
+        return rng.choice([0.0, 0.25, 0.5, 1.0], size=(B, n))
+    if kind == "negative":
+        return -rng.exponential(3.0, size=(B, n)) - 100.0
+    if kind == "constant":
+        return np.full((B, n), rng.normal())
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["continuous", "binary", "ties", "negative", "constant"])
+def test_max_variance_matches_brute_force(kind):
+    rng = np.random.default_rng(0)
+    cases = 0
+    for n in range(1, 13):
+        for m in range(1, n + 1):
+            B = 40 if kind != "constant" else 3
+            r = random_groups(rng, kind, B, n)
+            idx = select(torch.from_numpy(r), m)
+            assert idx.shape == (B, m)
+            # distinct, in-range indices
+            assert all(len(set(row.tolist())) == m for row in idx)
+            assert int(idx.min()) >= 0 and int(idx.max()) < n
+            got = subset_variance(torch.from_numpy(r), idx)
+            best = brute_force_best_variance(r, m)
+            np.testing.assert_allclose(got, best, rtol=1e-9, atol=1e-9)
+            cases += B
+    assert cases >= 200
+
+
+def test_thousands_of_cases_float32():
+    """float32 input, as the trainer passes it: still optimal up to float32 rounding."""
+    rng = np.random.default_rng(1)
+    total = 0
+    for _ in range(30):
+        n = int(rng.integers(2, 13))
+        m = int(rng.integers(1, n + 1))
+        r = rng.choice([rng.normal(size=(64, n)), rng.integers(0, 3, size=(64, n)) / 2.0])
+        r32 = torch.from_numpy(r).float()
+        got = subset_variance(r32.double(), select(r32, m))
+        best = brute_force_best_variance(r32.double().numpy(), m)
+        np.testing.assert_allclose(got, best, rtol=1e-5, atol=1e-6)
+        total += 64
+    assert total >= 1000
+
+
+@pytest.mark.parametrize("n,m,ones", [(8, 4, 2), (8, 4, 6), (16, 8, 4), (64, 16, 8), (64, 16, 50), (10, 6, 3)])
+def test_theorem2_binary_takes_half_ones(n, m, ones):
+    """Binary rewards with at least m/2 of each value: exactly m/2 ones are selected."""
+    g = torch.Generator().manual_seed(n * 100 + ones)
+    r = torch.zeros(n)
+    r[torch.randperm(n, generator=g)[:ones]] = 1.0
+    chosen = r[select(r, m)]
+    assert int(chosen.sum()) == m // 2
+
+
+def test_binary_with_few_successes_takes_them_all():
+    r = torch.tensor([0, 0, 1, 0, 0, 0, 0, 0, 0, 0.0])
+    assert int(r[select(r, 4)].sum()) == 1
+
+
+def test_batched_equals_row_by_row():
+    g = torch.Generator().manual_seed(3)
+    r = torch.randint(0, 4, (50, 20), generator=g).float() / 3
+    for rule in ("max_variance", "max_reward", "percentile"):
+        batched = select(r, 7, rule)
+        rows = torch.stack([select(row, 7, rule) for row in r])
+        assert torch.equal(batched, rows), rule
+
+
+def test_ties_are_broken_deterministically():
+    r = torch.ones(2, 6)
+    assert select(r, 3).tolist() == [[0, 1, 2], [0, 1, 2]]  # k = 0: the low end, lower index first
+    r = torch.tensor([[0.0, 1, 0, 1, 0, 1]])
+    assert sorted(select(r, 2)[0].tolist()) == [0, 5]  # first 0 from the low end, last 1 from the high
+    assert torch.equal(select(r, 4), select(r.clone(), 4))
+
+
+def test_m_equals_n_returns_every_index():
+    r = torch.randn(3, 5)
+    for rule in RULES:
+        assert select(r, 5, rule).tolist() == [list(range(5))] * 3
+
+
+def test_max_reward_takes_the_highest():
+    r = torch.tensor([[0.1, 0.9, 0.5, 0.7, 0.2]])
+    assert sorted(select(r, 2, "max_reward")[0].tolist()) == [1, 3]
+
+
+def test_percentile_hand_example():
+    r = torch.tensor([5.0, 1.0, 4.0, 2.0, 3.0])  # sorted: 1 2 3 4 5 at indices 1 3 4 2 0
+    assert select(r, 3, "percentile").tolist() == [1, 4, 0]  # min, median, max
+    assert select(r, 2, "percentile").tolist() == [1, 0]  # min, max
+
+
+def test_random_honours_generator_and_is_uniform():
+    r = torch.zeros(4000, 8)
+    a = select(r, 2, "random", torch.Generator().manual_seed(0))
+    b = select(r, 2, "random", torch.Generator().manual_seed(0))
+    c = select(r, 2, "random", torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert all(row[0] != row[1] for row in a.tolist())
+    freq = torch.bincount(a.flatten(), minlength=8).float() / a.numel()
+    assert torch.allclose(freq, torch.full((8,), 1 / 8), atol=0.02)
+
+
+def test_registry_every_rule_resolves_and_custom_rules_plug_in():
+    r = torch.randn(4, 10)
+    for name in ("max_variance", "max_reward", "random", "percentile"):
+        idx = select(r, 3, name)
+        assert idx.shape == (4, 3) and idx.dtype == torch.long
+
+    @register_rule("lowest")
+    def lowest(rewards, m, generator=None):
+        return rewards.argsort(-1)[:, :m]
+
+    try:
+        assert torch.equal(select(r, 2, "lowest"), r.argsort(-1)[:, :2])
+    finally:
+        del RULES["lowest"]
+
+
+@pytest.mark.parametrize(
+    "rewards,m,rule,message",
+    [
+        (torch.zeros(2, 4), 0, "max_variance", "m must be"),
+        (torch.zeros(2, 4), 5, "max_variance", "m must be"),
+        (torch.zeros(2, 4), 2.0, "max_variance", "m must be"),
+        (torch.tensor([[0.0, math.nan, 1.0]]), 2, "max_variance", "NaN"),
+        (torch.tensor([[0.0, math.inf, 1.0]]), 2, "max_variance", "NaN or inf"),
+        (torch.zeros(2, 3, 4), 2, "max_variance", "dimensions"),
+        (torch.zeros(2, 4), 2, "nope", "unknown down-sampling rule"),
+    ],
+)
+def test_bad_input_raises_value_error(rewards, m, rule, message):
+    with pytest.raises(ValueError, match=message):
+        select(rewards, m, rule)
