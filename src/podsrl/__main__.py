@@ -1,0 +1,5 @@
+import sys
+
+from podsrl.cli import main
+
+sys.exit(main())

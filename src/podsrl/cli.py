@@ -1,0 +1,100 @@
+"""``podsrl train | eval`` (and ``compare``, ``plot``): YAML config plus ``key=value`` overrides.
+
+Bad input (an unknown key, m > n, a missing file, a model that cannot load, NaN rewards) ends
+with one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from podsrl.errors import PodsError
+
+EXIT_BAD_INPUT = 2
+
+
+def _config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", help="YAML config file (default: the embedded CPU run)")
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. n=32 model.lora_r=16")
+
+
+def _split(args) -> tuple[str | None, list[str]]:
+    """``podsrl train n=8`` has no config file: a first positional with '=' is an override."""
+    if args.config and "=" in args.config and not os.path.exists(args.config):
+        return None, [args.config, *args.overrides]
+    return args.config, list(args.overrides)
+
+
+def cmd_train(args) -> int:
+    from podsrl.config import load_config
+
+    config = load_config(*_split(args))
+    from podsrl.trainer import train
+
+    out = train(config)
+    print(f"run written to {out}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from podsrl import models
+    from podsrl.config import load_config
+    from podsrl.evaluate import evaluate
+    from podsrl.rollout import make_engine
+    from podsrl.tasks import load_task
+
+    c = load_config(*_split(args))
+    task = load_task(c.task.name, path=c.task.path, train_path=c.task.train_path, digits=c.task.digits,
+                     operations=c.task.operations, test_size=c.task.test_size, seed=c.seed)
+    tokenizer = models.load_tokenizer(c.model.name_or_path)
+    model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code)
+    engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout)
+    accuracy = evaluate(engine, tokenizer, task.test, c.task.system_prompt or task.system_prompt,
+                        c.rollout.max_new_tokens, c.eval_temperature)
+    print(json.dumps({"model": c.model.name_or_path, "task": c.task.name, "problems": len(task.test), "accuracy": accuracy}))
+    return 0
+
+
+def cmd_show_config(args) -> int:
+    from podsrl.config import load_config, to_yaml
+
+    print(to_yaml(load_config(*_split(args))), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="podsrl", description="RL with verifiable rewards and PODS down-sampling")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, fn, text in [
+        ("train", cmd_train, "train a policy (no arguments: the embedded CPU default)"),
+        ("eval", cmd_eval, "pass@1 of a model on a task's held-out set"),
+        ("config", cmd_show_config, "print the merged configuration"),
+    ]:
+        p = sub.add_parser(name, help=text, description=text)
+        _config_args(p)
+        p.set_defaults(fn=fn)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("transformers", "accelerate", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        return args.fn(args)
+    except PodsError as e:
+        print(f"podsrl: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Typed configuration: dataclasses (the schema and its defaults), YAML files and dotted
+``key=value`` overrides merged by OmegaConf, then the cross-field checks in :func:`validate`.
+
+The defaults are the embedded CPU run: SmolLM2-135M-Instruct learning single-digit addition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from podsrl.errors import PodsError
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = "smollm2"
+    """Hugging Face hub id, local folder, ``.gguf`` file, or ``smollm2`` (the embedded default)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights' dtype."""
+    trust_remote_code: bool = False
+    lora_r: int = 0
+    """LoRA rank; 0 trains every weight (full fine-tuning)."""
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class TaskConfig:
+    name: Literal["arithmetic", "gsm8k", "math500"] = "arithmetic"
+    path: str | None = None
+    """gsm8k/math500: a jsonl file, a folder with ``train.jsonl``/``test.jsonl``, or a hub name."""
+    train_path: str | None = None
+    """math500 only: MATH-style training problems (jsonl); default: the test problems."""
+    digits: int = 1
+    """arithmetic: operands have up to this many digits."""
+    operations: str = "+"
+    """arithmetic: operators drawn from ``+-*``."""
+    test_size: int = 200
+    """Held-out problems evaluated; 0 = all."""
+    system_prompt: str | None = None
+    """Replaces the task's system prompt."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: Literal["hf", "vllm"] = "hf"
+    temperature: float = 0.9
+    top_p: float = 1.0
+    max_new_tokens: int = 12
+    batch_size: int = 128
+    """Sequences per generate call (HF engine)."""
+    gpu_memory_utilization: float = 0.3
+    """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains)."""
+    sleep: bool = False
+    """vLLM: release its memory during the update (sleep mode) and wake for the next rollout."""
+
+
+@dataclass
+class Config:
+    output_dir: str | None = None
+    """Run folder; default: a fresh ``runs/<task>-<mode>-<time>`` under the working directory."""
+    seed: int = 0
+    mode: Literal["pods", "grpo", "grpo-ga"] = "pods"
+    """pods: train m of n per prompt; grpo: train all n (n = m); grpo-ga: all n, accumulating
+    gradients over micro-batches of m rollouts per prompt."""
+    steps: int = 16
+    """Optimizer steps."""
+    prompts_per_step: int = 4
+    n: int = 16
+    """Rollouts generated per prompt."""
+    m: int = 4
+    """Rollouts per prompt in the update (pods), or per micro-batch (grpo-ga); unused by grpo."""
+    rule: str = "max_variance"
+    """Down-sampling rule (podsrl.downsample.RULES)."""
+    rewards: list[str] = field(default_factory=lambda: ["accuracy"])
+    """Reward names (podsrl.rewards.REWARDS) or ``module:function`` paths."""
+    reward_weights: list[float] = field(default_factory=lambda: [1.0])
+    scale_rewards: Literal["group", "none"] = "group"
+    """group: divide advantages by the group's std (GRPO); none: only centre (Dr. GRPO)."""
+    loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo"
+    lr: float = 3e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    beta: float = 0.0
+    """KL weight to the reference (base) policy; 0 disables it."""
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    micro_batch_size: int | None = None
+    """Sequences per forward/backward; default: every trained sequence at once (grpo, pods), or
+    m x prompts (grpo-ga)."""
+    eval_every: int = 0
+    """Evaluate every K steps (0: only before the first step and at the end)."""
+    eval_temperature: float = 0.0
+    """0: greedy pass@1."""
+    save_every: int = 0
+    """Checkpoint every K steps (0: only at the end)."""
+    resume: bool = False
+    """Continue from the latest checkpoint in output_dir."""
+    time_budget_s: float = 0.0
+    """Stop once the training clock (evaluation excluded) passes this many seconds (0: none)."""
+    report_to: list[str] = field(default_factory=list)
+    """accelerate trackers: tensorboard, wandb, trackio, ..."""
+    progress: bool = True
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+
+def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
+    """Defaults, then the YAML file, then ``key=value`` overrides; unknown keys are errors."""
+    try:
+        merged = OmegaConf.structured(Config)
+        if path is not None:
+            if not Path(path).is_file():
+                raise PodsError(f"config file not found: {path}")
+            merged = OmegaConf.merge(merged, OmegaConf.load(path))
+        bad = [o for o in overrides if "=" not in o]
+        if bad:
+            raise PodsError(f"overrides must be key=value, got {bad[0]!r}")
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise PodsError(_config_message(e)) from None
+    validate(config)
+    return config
+
+
+def _config_message(e: OmegaConfBaseException) -> str:
+    key = getattr(e, "full_key", None)
+    first = str(e).splitlines()[0]
+    if "not in struct" in first or "Key '" in first and "not" in first:
+        return f"unknown config key {key!r}"
+    return f"bad config value for {key!r}: {first}" if key else f"bad config: {first}"
+
+
+def validate(c: Config) -> None:
+    """Cross-field checks, in one place."""
+    from podsrl.downsample import RULES
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            raise PodsError(message)
+
+    need(c.n >= 1 and c.prompts_per_step >= 1 and c.steps >= 0, "n, prompts_per_step must be >= 1 and steps >= 0")
+    need(1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
+    need(c.rule in RULES, f"unknown rule {c.rule!r}; known: {', '.join(sorted(RULES))}")
+    need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
+    need(c.lr > 0 and c.rollout.max_new_tokens >= 1, "lr and rollout.max_new_tokens must be positive")
+    need(c.rollout.temperature > 0, "rollout.temperature must be > 0 (RL needs sampled rollouts)")
+    need(c.micro_batch_size is None or c.micro_batch_size >= 1, "micro_batch_size must be >= 1")
+    need(c.model.lora_r >= 0, "model.lora_r must be >= 0")
+    need(c.task.name == "arithmetic" or c.task.path is not None, f"task {c.task.name} needs task.path")
+
+
+def trained_per_prompt(c: Config) -> int:
+    """Rollouts per prompt that reach the update."""
+    return c.m if c.mode == "pods" else c.n
+
+
+def to_dict(c: Config) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(c))
+
+
+def to_yaml(c: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(c))

@@ -1,0 +1,40 @@
+"""pass@1 on a task's held-out problems: one completion per problem, greedy by default."""
+
+from __future__ import annotations
+
+import torch
+
+from podsrl.rewards import answer_matches
+from podsrl.tasks import Problem
+
+
+def chat_prompt(tokenizer, system_prompt: str | None, question: str) -> str:
+    """The prompt text: the tokenizer's chat template when it has one, else plain text."""
+    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+        {"role": "user", "content": question}
+    ]
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return "".join(f"{m['content']}\n\n" for m in messages)
+
+
+def evaluate(
+    engine, tokenizer, problems: list[Problem], system_prompt: str | None, max_new_tokens: int,
+    temperature: float = 0.0, accelerator=None,
+) -> float:
+    """Fraction of ``problems`` answered correctly. Under several processes each rank takes every
+    world-size-th problem and the counts are summed across ranks."""
+    rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    mine = problems[rank::world]
+    correct = 0
+    if mine:
+        prompts = [chat_prompt(tokenizer, system_prompt, p.question) for p in mine]
+        # greedy needs no seed; sampled evaluation is seeded so it is repeatable
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            texts = engine.generate(prompts, 1, temperature, max_new_tokens).texts
+        correct = sum(answer_matches(t, p.answer) for t, p in zip(texts, mine))
+    counts = torch.tensor([correct, len(mine)], dtype=torch.float64)
+    if accelerator is not None and world > 1:
+        counts = accelerator.reduce(counts.to(accelerator.device), reduction="sum").cpu()
+    return float(counts[0] / counts[1].clamp(min=1))

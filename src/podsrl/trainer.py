@@ -1,0 +1,452 @@
+"""GRPO-PODS training, top to bottom.
+
+Each step (:func:`train`):
+  1. take this rank's share of ``prompts_per_step`` prompts from the seeded training stream;
+  2. generate ``n`` rollouts per prompt;
+  3. score them with the verifiable rewards: a reward matrix ``[P, n]``;
+  4. down-sample: ``select`` the ``m`` rollouts per prompt the update trains on (all n for
+     ``grpo`` and ``grpo-ga``);
+  5. advantages, normalised over each prompt's selected rollouts;
+  6. update: one optimizer step over the selected rollouts, in micro-batches;
+  7. log the step; evaluate every ``eval_every`` steps; checkpoint every ``save_every`` steps.
+
+Every random choice of a step (sampling, random selection, dropout) is seeded from
+``(seed, step, prompt)``, so a run resumed from a checkpoint continues exactly as it would have,
+and a prompt's rollouts do not depend on how prompts are spread over processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from accelerate import Accelerator
+from tqdm.auto import tqdm
+
+from podsrl import models
+from podsrl.advantages import group_advantages
+from podsrl.config import Config, to_dict, to_yaml, trained_per_prompt
+from podsrl.downsample import select
+from podsrl.errors import PodsError
+from podsrl.evaluate import chat_prompt, evaluate
+from podsrl.loss import policy_loss
+from podsrl.memory import PeakMemory
+from podsrl.rewards import load_reward, score
+from podsrl.rollout import Rollouts, make_engine
+from podsrl.tasks import Problem, Task, load_task
+
+log = logging.getLogger(__name__)
+
+
+class Selected(NamedTuple):
+    """The rollouts of one step that reach the loss."""
+
+    rows: torch.Tensor  # [P * m] rows of the step's rollouts, prompt-major
+    rewards: torch.Tensor  # [P, m]
+    advantages: torch.Tensor  # [P, m]
+
+
+@dataclass
+class Setup:
+    """Everything a run holds besides its config."""
+
+    accelerator: Accelerator
+    model: torch.nn.Module
+    tokenizer: object
+    engine: object
+    optimizer: torch.optim.Optimizer
+    task: Task
+    system_prompt: str | None
+    reward_fns: dict
+    ref_model: torch.nn.Module | None = None
+    output_dir: Path | None = None
+    created_output_dir: bool = False
+    start_step: int = 0
+    train_seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def step_seed(seed: int, step: int, index: int = -1) -> int:
+    """A seed for one step (and one prompt of it), stable across runs and processes."""
+    return (seed * 1_000_003 + step) * 1_000_033 + index + 1
+
+
+def default_output_dir(c: Config) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{c.task.name}-{c.mode}-{stamp}"
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    found = sorted((output_dir / "checkpoints").glob("step-*"))
+    return found[-1] if found else None
+
+
+def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
+    """Validate everything the user gave (data, rewards, model) before writing anything."""
+    output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
+    accelerator = accelerator or Accelerator(log_with=c.report_to or None, project_dir=output_dir)
+    if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
+        from accelerate.utils import broadcast_object_list
+
+        output_dir = Path(broadcast_object_list([str(output_dir)])[0])
+    if c.prompts_per_step % accelerator.num_processes:
+        raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
+    task = load_task(c.task.name, path=c.task.path, train_path=c.task.train_path, digits=c.task.digits,
+                     operations=c.task.operations, test_size=c.task.test_size, seed=c.seed)
+    reward_fns = {name: load_reward(name) for name in c.rewards}
+
+    resume_from = None
+    if c.resume:
+        resume_from = latest_checkpoint(output_dir)
+        if resume_from is None:
+            raise PodsError(f"resume=true but {output_dir} holds no checkpoint")
+    elif output_dir.exists() and any(output_dir.iterdir()):
+        raise PodsError(f"output_dir {output_dir} is not empty; pass resume=true to continue it")
+
+    tokenizer = models.load_tokenizer(c.model.name_or_path)
+    model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code)
+    ref_model = None
+    if c.beta > 0 and c.model.lora_r == 0:  # with LoRA the reference is the adapter disabled
+        ref_model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code).eval()
+        ref_model.requires_grad_(False)
+    if c.model.lora_r > 0:
+        model = models.add_lora(model, c.model.lora_r, c.model.lora_alpha, c.model.lora_dropout, c.model.lora_target_modules)
+    if resume_from is not None:
+        load_weights(model, resume_from / "model", lora=c.model.lora_r > 0)
+    if c.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = True  # generation still uses the cache
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    if ref_model is not None:
+        ref_model = ref_model.to(accelerator.device)
+
+    s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
+              reward_fns, ref_model, output_dir)
+    s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
+    if resume_from is not None:
+        state = json.loads((resume_from / "trainer_state.json").read_text())
+        optimizer.load_state_dict(torch.load(resume_from / "optimizer.pt", map_location="cpu", weights_only=True))
+        s.start_step, s.train_seconds = state["step"], state["train_seconds"]
+    return s
+
+
+def load_weights(model, folder: Path, lora: bool) -> None:
+    """Load a checkpoint's weights (an adapter, or the full model) into ``model``."""
+    from safetensors.torch import load_file
+
+    if lora:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+        state = {k: v for f in files for k, v in load_file(f).items()}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:  # tied heads are not saved
+            raise PodsError(f"checkpoint {folder} does not match the model")
+
+
+# --------------------------------------------------------------------------- one step
+
+
+def score_rollouts(s: Setup, c: Config, problems: list[Problem], prompts: list[str], rollouts: Rollouts):
+    """Rewards ``[P, n]`` and each reward function's mean."""
+    n = c.n
+    columns = dict(
+        prompts=[p for p in prompts for _ in range(n)],
+        answer=[p.answer for p in problems for _ in range(n)],
+        question=[p.question for p in problems for _ in range(n)],
+        completion_ids=[ids[mask.bool()].tolist() for ids, mask in zip(rollouts.completion_ids, rollouts.completion_mask)],
+    )
+    total, means = score(s.reward_fns, c.reward_weights, rollouts.texts, **columns)
+    return torch.tensor(total, dtype=torch.float32).view(len(problems), n), means
+
+
+def down_sample(c: Config, rewards: torch.Tensor, step: int) -> Selected:
+    """Step 4 and 5: which rollouts train, and their advantages over the selected subset."""
+    P, n = rewards.shape
+    if c.mode == "pods":
+        generator = torch.Generator().manual_seed(step_seed(c.seed, step))
+        idx = select(rewards, c.m, c.rule, generator)  # [P, m]
+    else:  # grpo and grpo-ga train on every rollout
+        idx = torch.arange(n).expand(P, n)
+    chosen = rewards.gather(1, idx)  # [P, m]
+    rows = (idx + torch.arange(P).unsqueeze(1) * n).flatten()  # [P * m]
+    return Selected(rows, chosen, group_advantages(chosen, c.scale_rewards))
+
+
+def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+    """Log-probabilities ``[N, C]`` of the completion tokens under ``model``."""
+    keep_prompt = prompt_mask.any(0).nonzero()[0].item()  # drop all-padding columns on the left
+    prompt_ids, prompt_mask = prompt_ids[:, keep_prompt:], prompt_mask[:, keep_prompt:]
+    C = completion_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, completion_ids], 1)  # [N, P + C]
+    attention = torch.cat([prompt_mask, completion_mask], 1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
+    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                   logits_to_keep=C + 1, use_cache=False).logits[:, :-1]  # [N, C, V]
+    logp = torch.log_softmax(logits.float(), -1)
+    return logp.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # [N, C]
+
+
+def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int) -> dict:
+    """Step 6: one optimizer step over the chosen rollouts, in micro-batches."""
+    acc, model = s.accelerator, s.model
+    rows = chosen.rows
+    adv = chosen.advantages.flatten()  # [P * m]
+    mask = rollouts.completion_mask[rows]
+    C = int(mask.sum(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-padding columns
+    micro = c.micro_batch_size or (trained_per_prompt(c) if c.mode != "grpo-ga" else c.m) * len(rollouts.texts) // c.n
+    # normalisers of the whole optimizer batch, so micro-batch losses add up to its loss;
+    # bnpo's token count is averaged over ranks, as the gradients are
+    num_tokens = acc.reduce(mask.sum().float().to(acc.device), reduction="mean") if acc.num_processes > 1 else mask.sum()
+    totals = dict(loss=0.0, clip_fraction=0.0, kl=0.0, tokens=0.0)
+    torch.manual_seed(step_seed(c.seed, step, -2))  # dropout
+    model.train()
+    s.optimizer.zero_grad(set_to_none=True)
+    chunks = list(torch.split(torch.arange(len(rows)), micro))
+    for i, part in enumerate(chunks):
+        r = rows[part]
+        ids, cmask = rollouts.completion_ids[r, :C], rollouts.completion_mask[r, :C]
+        sync = i == len(chunks) - 1
+        with nullcontext() if sync else acc.no_sync(model):
+            logp = completion_logprobs(model, rollouts.prompt_ids[r], rollouts.prompt_mask[r], ids, cmask)
+            ref = reference_logprobs(s, rollouts, r, C) if c.beta > 0 else None
+            loss, stats = policy_loss(
+                logp, adv[part].to(logp.device), cmask, ref_logp=ref, beta=c.beta,
+                epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
+                max_completion_length=c.rollout.max_new_tokens, num_sequences=len(rows), num_tokens=float(num_tokens),
+            )
+            acc.backward(loss)
+        w = float(stats.num_tokens)
+        totals["loss"] += loss.item()
+        totals["clip_fraction"] += float(stats.clip_fraction) * w
+        totals["kl"] += float(stats.kl) * w
+        totals["tokens"] += w
+    grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
+    s.optimizer.step()
+    s.engine.sync_weights()
+    tokens = max(totals["tokens"], 1.0)
+    return {
+        "loss": totals["loss"], "clip_fraction": totals["clip_fraction"] / tokens, "kl": totals["kl"] / tokens,
+        "grad_norm": float(grad_norm) if grad_norm is not None else None, "trained_sequences": len(rows),
+        "trained_tokens": int(totals["tokens"]), "micro_batches": len(chunks),
+    }
+
+
+@torch.no_grad()
+def reference_logprobs(s: Setup, rollouts: Rollouts, rows: torch.Tensor, C: int) -> torch.Tensor:
+    args = (rollouts.prompt_ids[rows], rollouts.prompt_mask[rows], rollouts.completion_ids[rows, :C], rollouts.completion_mask[rows, :C])
+    if s.ref_model is not None:
+        return completion_logprobs(s.ref_model, *args)
+    with s.accelerator.unwrap_model(s.model).disable_adapter():  # LoRA: the base model
+        return completion_logprobs(s.model, *args)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def train(c: Config, accelerator: Accelerator | None = None) -> Path:
+    """Run training as configured; returns the output folder."""
+    s = setup(c, accelerator)
+    acc = s.accelerator
+    try:
+        return _train(s, c)
+    except PodsError:
+        # bad input found mid-run (a reward function returning NaN, ...): leave no half-written
+        # run behind, unless it already holds a complete checkpoint
+        acc.wait_for_everyone()
+        if acc.is_main_process and s.created_output_dir and latest_checkpoint(s.output_dir) is None:
+            shutil.rmtree(s.output_dir, ignore_errors=True)
+        raise
+
+
+def _train(s: Setup, c: Config) -> Path:
+    acc = s.accelerator
+    out = s.output_dir
+    if acc.is_main_process:
+        s.created_output_dir = not out.exists()
+        out.mkdir(parents=True, exist_ok=True)
+        _write_atomic(out / "config.yaml", to_yaml(c))
+        _truncate_metrics(out / "metrics.jsonl", s.start_step)
+    acc.wait_for_everyone()
+    if c.report_to:
+        acc.init_trackers("podsrl", config=_flat(to_dict(c)))
+    metrics_file = open(out / "metrics.jsonl", "a") if acc.is_main_process else None
+
+    stream = itertools.islice(s.task.train(c.seed), s.start_step * c.prompts_per_step, None)
+    last_eval = None
+    if s.start_step == 0:
+        last_eval = _evaluate(s, c, step=0, metrics_file=metrics_file)
+
+    bar = tqdm(total=c.steps, initial=s.start_step, disable=not (c.progress and acc.is_main_process), desc="train")
+    try:
+        _loop(s, c, stream, metrics_file, bar, last_eval)
+    finally:  # a clean line for whatever is printed next, an error included
+        bar.close()
+        if metrics_file:
+            metrics_file.close()
+    if c.report_to:
+        acc.end_training()
+    return out
+
+
+def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None) -> None:
+    acc = s.accelerator
+    P_local = c.prompts_per_step // acc.num_processes
+    rank = acc.process_index
+    step = s.start_step
+    while step < c.steps and not (c.time_budget_s and s.train_seconds >= c.time_budget_s):
+        step += 1
+        t0 = time.perf_counter()
+        # 1. this rank's prompts
+        batch = list(itertools.islice(stream, c.prompts_per_step))
+        mine = batch[rank * P_local : (rank + 1) * P_local]
+        prompts = [chat_prompt(s.tokenizer, s.system_prompt, p.question) for p in mine]
+        seeds = [step_seed(c.seed, step, rank * P_local + i) for i in range(P_local)]
+        # 2. n rollouts per prompt
+        rollouts = s.engine.generate(prompts, c.n, c.rollout.temperature, c.rollout.max_new_tokens, seeds=seeds)
+        t1 = time.perf_counter()
+        # 3. rewards [P, n]
+        rewards, reward_means = score_rollouts(s, c, mine, prompts, rollouts)
+        t2 = time.perf_counter()
+        # 4-5. select m per prompt; advantages over the selected subset
+        chosen = down_sample(c, rewards, step)
+        t3 = time.perf_counter()
+        # 6. one optimizer step over the selected rollouts
+        with PeakMemory(acc.device) as mem:
+            stats = update(s, c, rollouts, chosen, step)
+        t4 = time.perf_counter()
+        s.train_seconds += t4 - t0
+
+        # 7. log, evaluate, checkpoint
+        record = {
+            "step": step, "train_seconds": s.train_seconds,
+            "generation_s": t1 - t0, "scoring_s": t2 - t1, "selection_s": t3 - t2, "update_s": t4 - t3,
+            **_reward_stats(acc, rewards, chosen.rewards),
+            **{f"reward/{k}": v for k, v in _mean_over_ranks(acc, reward_means).items()},
+            "completion_length": float(rollouts.completion_mask.sum(1).float().mean()),
+            **stats,
+            "update_peak_memory_mb": mem.peak_mb, "update_memory_delta_mb": mem.delta_mb,
+        }
+        if (c.eval_every and step % c.eval_every == 0) or step == c.steps:
+            last_eval = _evaluate(s, c, step, metrics_file=None)
+            record.update(last_eval)
+        if acc.is_main_process:
+            metrics_file.write(json.dumps(_jsonable(record)) + "\n")
+            metrics_file.flush()
+        if c.report_to:
+            acc.log({k: v for k, v in record.items() if isinstance(v, (int, float)) and v is not None}, step=step)
+        bar.update(1)
+        bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=f"{(last_eval or {}).get('eval_accuracy', float('nan')):.2f}")
+        if (c.save_every and step % c.save_every == 0) or step == c.steps:
+            save_checkpoint(s, c, step)
+
+    if step < c.steps:  # stopped by the time budget: evaluate and save where it stopped
+        if last_eval is None or last_eval.get("eval_step") != step:
+            record = {"step": step, "train_seconds": s.train_seconds, **_evaluate(s, c, step, None)}
+            if acc.is_main_process:
+                metrics_file.write(json.dumps(_jsonable(record)) + "\n")
+        save_checkpoint(s, c, step)
+
+
+def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
+    t = time.perf_counter()
+    accuracy = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
+                        c.eval_temperature, s.accelerator)
+    result = {"eval_accuracy": accuracy, "eval_seconds": time.perf_counter() - t, "eval_step": step}
+    if metrics_file is not None:
+        metrics_file.write(json.dumps({"step": step, "train_seconds": s.train_seconds, **result}) + "\n")
+        metrics_file.flush()
+    log.info("step %d: held-out accuracy %.3f", step, accuracy)
+    return result
+
+
+def _reward_stats(acc: Accelerator, all_rewards: torch.Tensor, chosen: torch.Tensor) -> dict:
+    """Mean and std of the rewards of every rollout and of the selected ones, over all ranks."""
+    if acc.num_processes > 1:
+        all_rewards = acc.gather(all_rewards.to(acc.device)).cpu()
+        chosen = acc.gather(chosen.to(acc.device)).cpu()
+    group_std = chosen.std(1) if chosen.shape[1] > 1 else torch.zeros(len(chosen))
+    return {
+        "reward_mean": float(all_rewards.mean()), "reward_std": float(all_rewards.std()) if all_rewards.numel() > 1 else 0.0,
+        "selected_reward_mean": float(chosen.mean()), "selected_reward_std": float(chosen.std()) if chosen.numel() > 1 else 0.0,
+        "frac_zero_std_groups": float((group_std == 0).float().mean()),
+    }
+
+
+def _mean_over_ranks(acc: Accelerator, values: dict[str, float]) -> dict[str, float]:
+    if acc.num_processes == 1 or not values:
+        return values
+    t = acc.reduce(torch.tensor(list(values.values()), device=acc.device), reduction="mean")
+    return dict(zip(values, t.tolist()))
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(s: Setup, c: Config, step: int, keep: int = 1) -> None:
+    """``checkpoints/step-NNNNNN/{model/, optimizer.pt, trainer_state.json}``, written to a
+    temporary folder and renamed into place, so a checkpoint is complete or absent."""
+    acc = s.accelerator
+    acc.wait_for_everyone()
+    state_dict = acc.get_state_dict(s.model)
+    if acc.is_main_process:
+        root = s.output_dir / "checkpoints"
+        final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        acc.unwrap_model(s.model).save_pretrained(tmp / "model", state_dict=state_dict)
+        s.tokenizer.save_pretrained(tmp / "model")
+        torch.save(s.optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "train_seconds": s.train_seconds}))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in sorted(root.glob("step-*"))[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    acc.wait_for_everyone()
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """On resume, drop the lines of steps after the checkpoint (they will be redone)."""
+    if not path.exists():
+        return
+    lines = [l for l in path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= step]
+    _write_atomic(path, "".join(l + "\n" for l in lines))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
+
+
+def _jsonable(record: dict) -> dict:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}

@@ -1,0 +1,46 @@
+"""Shared fixtures: a tiny randomly initialised Llama with SmolLM2's tokenizer, and paths."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from podsrl import models
+from podsrl.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """A 2-layer Llama (random weights) saved with the embedded model's tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = models.load_tokenizer("smollm2")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+    )
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture
+def tiny_config(tiny_model_dir, tmp_path):
+    """Factory: a fast config on the tiny model, writing under tmp_path."""
+
+    def make(*overrides: str):
+        base = [
+            f"model.name_or_path={tiny_model_dir}", f"output_dir={tmp_path / 'run'}", "steps=2",
+            "prompts_per_step=2", "n=4", "m=2", "task.test_size=4", "rollout.max_new_tokens=6",
+            "progress=false", "rewards=[rewards_for_tests:varied]", "lr=1e-3",
+        ]
+        return load_config(None, base + list(overrides))
+
+    return make

@@ -1,0 +1,14 @@
+"""Reward functions used by the tests through the ``module:function`` import path."""
+
+
+def varied(completions, completion_ids, **_):
+    """A deterministic reward that differs between completions (even of a random model)."""
+    return [float(sum(ids) % 5) / 4 for ids in completion_ids]
+
+
+def nan_reward(completions, **_):
+    return [float("nan")] * len(completions)
+
+
+def sometimes_none(completions, **_):
+    return [None if i % 2 else 1.0 for i in range(len(completions))]

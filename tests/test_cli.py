@@ -1,0 +1,80 @@
+"""The command line: bad input ends with one clear line on stderr, exit 2, nothing written."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PODSRL = [sys.executable, "-m", "podsrl"]
+
+
+def run(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    return subprocess.run([*PODSRL, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["train", "bogus_key=1"], "unknown config key 'bogus_key'"),
+        (["train", "model.bogus=1"], "unknown config key 'model.bogus'"),
+        (["train", "n=4", "m=8"], "m must be in 1..n"),
+        (["train", "missing.yaml"], "config file not found: missing.yaml"),
+        (["train", "task.name=gsm8k", "task.path=/nonexistent/gsm8k"], "data file not found"),
+        (["train", "model.name_or_path=/nonexistent/model"], "cannot load"),
+        (["train", "rule=best"], "unknown rule 'best'"),
+        (["train", "rewards=[no_such_module:fn]"], "cannot import reward function"),
+    ],
+)
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, message):
+    result = run(*args, f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("podsrl: error:") and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_nan_reward_mid_run_leaves_no_output(tmp_path, tiny_model_dir):
+    result = run("train", f"model.name_or_path={tiny_model_dir}", "rewards=[rewards_for_tests:nan_reward]",
+                 "steps=2", "prompts_per_step=2", "n=2", "m=1", "task.test_size=2",
+                 "rollout.max_new_tokens=4", f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [l for l in result.stderr.splitlines() if "error" in l]
+    assert errors == ["podsrl: error: reward 'rewards_for_tests:nan_reward' returned NaN or inf"]
+    assert result.stderr.strip().splitlines()[-1] == errors[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_output_dir_is_not_overwritten(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("x")
+    result = run("train", f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert result.returncode == 2 and "not empty" in result.stderr
+    assert (tmp_path / "out" / "keep.txt").read_text() == "x"
+
+
+def test_config_prints_merged_yaml(tmp_path):
+    result = run("config", str(REPO / "configs" / "smoke.yaml"), "n=6", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "'n': 6" in result.stdout and "mode: pods" in result.stdout
+
+
+@pytest.mark.slow
+def test_smoke_config_on_the_embedded_model(tmp_path):
+    """configs/smoke.yaml end to end through the CLI on SmolLM2-135M-Instruct."""
+    result = run("train", str(REPO / "configs" / "smoke.yaml"), f"output_dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    import json
+
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] == 0 and 0.0 <= rows[0]["eval_accuracy"] <= 1.0
+    assert rows[-1]["step"] == 2 and "eval_accuracy" in rows[-1]
+    assert (tmp_path / "run" / "checkpoints" / "step-000002" / "model" / "model.safetensors").exists()
+    evaluated = run("eval", str(REPO / "configs" / "smoke.yaml"),
+                    f"model.name_or_path={tmp_path / 'run' / 'checkpoints' / 'step-000002' / 'model'}", cwd=tmp_path)
+    assert evaluated.returncode == 0 and '"accuracy"' in evaluated.stdout

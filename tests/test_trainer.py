@@ -1,0 +1,113 @@
+"""The training loop on a tiny model: modes, selection reaching the loss, equivalences, resume."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import podsrl.trainer as trainer
+from podsrl.trainer import train
+
+
+def read_metrics(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_weights(run):
+    ckpt = sorted((run / "checkpoints").glob("step-*"))[-1] / "model"
+    return {k: v for f in sorted(ckpt.glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+@pytest.mark.parametrize(
+    "mode,trained,micro_batches",
+    [("pods", 2 * 2, 1), ("grpo", 2 * 4, 1), ("grpo-ga", 2 * 4, 2)],
+)
+def test_each_mode_trains_and_logs(tiny_config, mode, trained, micro_batches):
+    out = train(tiny_config(f"mode={mode}"))
+    rows = read_metrics(out)
+    assert rows[0]["step"] == 0 and "eval_accuracy" in rows[0]  # base model evaluated first
+    steps = [r for r in rows if r["step"] > 0]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        assert r["trained_sequences"] == trained and r["micro_batches"] == micro_batches
+        for key in ("train_seconds", "generation_s", "update_s", "reward_mean", "selected_reward_std", "update_peak_memory_mb"):
+            assert key in r
+    assert steps[1]["train_seconds"] > steps[0]["train_seconds"] > 0
+    assert "eval_accuracy" in steps[-1]
+    assert (out / "config.yaml").exists() and (out / "checkpoints" / "step-000002" / "optimizer.pt").exists()
+    assert not list((out / "checkpoints").glob(".tmp-*"))
+
+
+def test_only_selected_rollouts_reach_the_loss(tiny_config, monkeypatch):
+    seen, chosen = [], []
+    real_loss, real_down_sample = trainer.policy_loss, trainer.down_sample
+
+    def spy_down_sample(c, rewards, step):
+        result = real_down_sample(c, rewards, step)
+        chosen.append((rewards, result))
+        return result
+
+    def spy_loss(logp, advantages, mask, **kw):
+        seen.append((advantages.detach().clone(), mask.shape[0]))
+        return real_loss(logp, advantages, mask, **kw)
+
+    monkeypatch.setattr(trainer, "down_sample", spy_down_sample)
+    monkeypatch.setattr(trainer, "policy_loss", spy_loss)
+    train(tiny_config("n=6", "m=2", "steps=1"))
+    (rewards, result), = chosen
+    assert result.rows.numel() == 2 * 2  # P * m of the P * n generated
+    # the selected rows are the max-variance pairs of each group, and only they reach the loss
+    for p in range(2):
+        picked = rewards[p, result.rows[p * 2 : p * 2 + 2] - p * 6]
+        assert torch.isclose(picked.var(unbiased=False), max(
+            torch.stack([rewards[p, i], rewards[p, j]]).var(unbiased=False)
+            for i in range(6) for j in range(i + 1, 6)))
+    assert sum(n for _, n in seen) == 4
+    assert torch.allclose(torch.cat([a for a, _ in seen]), result.advantages.flatten())
+
+
+def test_pods_with_m_equal_n_matches_grpo(tiny_config, tmp_path):
+    a = train(tiny_config("mode=pods", "m=4", f"output_dir={tmp_path / 'pods'}"))
+    b = train(tiny_config("mode=grpo", f"output_dir={tmp_path / 'grpo'}"))
+    wa, wb = final_weights(a), final_weights(b)
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # and training moved the weights at all
+    start = load_file(Path(tiny_config().model.name_or_path) / "model.safetensors")
+    assert any(not torch.equal(wa[k], start[k]) for k in wa)
+
+
+def test_resume_continues_identically(tiny_config, tmp_path):
+    straight = train(tiny_config("steps=4", f"output_dir={tmp_path / 'straight'}"))
+    part = train(tiny_config("steps=2", f"output_dir={tmp_path / 'resumed'}"))
+    resumed = train(tiny_config("steps=4", "resume=true", f"output_dir={part}"))
+    wa, wb = final_weights(straight), final_weights(resumed)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    ra = [r for r in read_metrics(straight) if r["step"] > 0]
+    rb = [r for r in read_metrics(resumed) if r["step"] > 0]
+    assert [r["step"] for r in rb] == [1, 2, 3, 4]
+    for x, y in zip(ra, rb):
+        assert x["reward_mean"] == y["reward_mean"] and x["loss"] == pytest.approx(y["loss"], abs=1e-7)
+
+
+def test_lora_reference_is_the_base_model(tiny_config):
+    out = train(tiny_config("model.lora_r=4", "model.lora_alpha=8", "beta=0.1", "steps=2", "lr=5e-2"))
+    rows = [r for r in read_metrics(out) if r["step"] > 0]
+    assert rows[0]["kl"] == 0.0  # LoRA's B starts at zero: the policy is the base model
+    assert rows[1]["kl"] > 0.0  # after one update it has moved away from it
+    assert (out / "checkpoints" / "step-000002" / "model" / "adapter_model.safetensors").exists()
+
+
+def test_full_finetune_kl_uses_a_frozen_reference(tiny_config):
+    out = train(tiny_config("beta=0.1", "steps=2", "lr=5e-2"))
+    rows = [r for r in read_metrics(out) if r["step"] > 0]
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6) and rows[1]["kl"] > 0.0
+
+
+def test_time_budget_stops_early(tiny_config):
+    out = train(tiny_config("steps=50", "time_budget_s=0.01"))
+    rows = read_metrics(out)
+    assert max(r["step"] for r in rows) == 1 and "eval_accuracy" in rows[-1]
+    assert (out / "checkpoints" / "step-000001").exists()
