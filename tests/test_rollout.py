@@ -35,3 +35,12 @@ def test_engine_shapes_and_seeded_groups(tiny_model_dir):
     assert (out.prompt_mask[:3, 0] == 0).all()  # the short prompt is left-padded
     alone = engine.generate(prompts[1:], 3, 1.0, 5, seeds=[8])
     assert torch.equal(alone.completion_ids, out.completion_ids[3:, : alone.completion_ids.shape[1]])
+
+
+def test_shared_prompt_cache_gives_the_same_rollouts(tiny_model_dir):
+    tok = models.load_tokenizer(tiny_model_dir)
+    model = models.load_model(tiny_model_dir)
+    prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
+    shared = HFEngine(model, tok, batch_size=8, share_prompt_cache=True).generate(prompts, 4, 1.0, 6, seeds=[1, 2, 3])
+    plain = HFEngine(model, tok, batch_size=8, share_prompt_cache=False).generate(prompts, 4, 1.0, 6, seeds=[1, 2, 3])
+    assert torch.equal(shared.completion_ids, plain.completion_ids) and shared.texts == plain.texts

@@ -24,7 +24,7 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
 
 def _split(args) -> tuple[str | None, list[str]]:
     """``podsrl train n=8`` has no config file: a first positional with '=' is an override."""
-    if args.config and "=" in args.config and not os.path.exists(args.config):
+    if getattr(args, "config", None) and "=" in args.config and not os.path.exists(args.config):
         return None, [args.config, *args.overrides]
     return args.config, list(args.overrides)
 
@@ -66,6 +66,33 @@ def cmd_show_config(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from pathlib import Path
+
+    from podsrl.compare import run_all
+
+    if args.seeds < 1 or args.budget_minutes <= 0:
+        raise PodsError("--seeds must be >= 1 and --budget-minutes > 0")
+    summary = run_all(*_split(args), args.methods, args.seeds, args.budget_minutes, Path(args.out), args.eval_every_s)
+    print((Path(args.out) / "summary.md").read_text(), end="")
+    return 0 if summary["methods"] else 1
+
+
+def cmd_plot(args) -> int:
+    from pathlib import Path
+
+    from podsrl.compare import summarise, write_reports
+
+    out = Path(args.out)
+    methods = sorted(p.name for p in out.iterdir() if p.is_dir()) if out.is_dir() else []
+    if "grpo" not in methods:
+        raise PodsError(f"{out} holds no compare runs (no grpo/ folder)")
+    seeds = max(len(list((out / m).glob("seed-*"))) for m in methods)
+    write_reports(out, summarise(out, ["grpo"] + [m for m in methods if m != "grpo"], seeds))
+    print((out / "summary.md").read_text(), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="podsrl", description="RL with verifiable rewards and PODS down-sampling")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +104,20 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text, description=text)
         _config_args(p)
         p.set_defaults(fn=fn)
+    p = sub.add_parser("compare", help="time to accuracy of several methods under one budget",
+                       description="Train each method for each seed under the same training-time budget, then "
+                       "write summary.json, summary.md and accuracy plots to --out.")
+    _config_args(p)
+    p.add_argument("--methods", nargs="+", default=["grpo,pods,grpo-ga"],
+                   help="method names (grpo, pods, grpo-ga) or name:key=value,... (default: grpo,pods,grpo-ga)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--budget-minutes", type=float, default=5.0, help="training clock per run (evaluation excluded)")
+    p.add_argument("--eval-every-s", type=float, default=30.0, help="evaluate each time the training clock passes this")
+    p.add_argument("--out", default="compare", help="output folder (runs, summary, plots); rerun to resume or extend")
+    p.set_defaults(fn=cmd_compare)
+    p = sub.add_parser("plot", help="rebuild a compare folder's summary, table and plots")
+    p.add_argument("out")
+    p.set_defaults(fn=cmd_plot)
     return parser
 
 

@@ -56,6 +56,8 @@ class RolloutConfig:
     max_new_tokens: int = 12
     batch_size: int = 128
     """Sequences per generate call (HF engine)."""
+    share_prompt_cache: bool = True
+    """HF engine: prefill each prompt once and share its KV cache among its n rollouts."""
     gpu_memory_utilization: float = 0.3
     """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains)."""
     sleep: bool = False
@@ -97,6 +99,9 @@ class Config:
     m x prompts (grpo-ga)."""
     eval_every: int = 0
     """Evaluate every K steps (0: only before the first step and at the end)."""
+    eval_every_s: float = 0.0
+    """Also evaluate each time the training clock passes another multiple of this (0: off);
+    comparisons of methods with different step costs use it."""
     eval_temperature: float = 0.0
     """0: greedy pass@1."""
     save_every: int = 0

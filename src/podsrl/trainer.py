@@ -346,7 +346,8 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
             **stats,
             "update_peak_memory_mb": mem.peak_mb, "update_memory_delta_mb": mem.delta_mb,
         }
-        if (c.eval_every and step % c.eval_every == 0) or step == c.steps:
+        due_by_clock = c.eval_every_s and int(s.train_seconds // c.eval_every_s) > int((s.train_seconds - (t4 - t0)) // c.eval_every_s)
+        if (c.eval_every and step % c.eval_every == 0) or due_by_clock or step == c.steps:
             last_eval = _evaluate(s, c, step, metrics_file=None)
             record.update(last_eval)
         if acc.is_main_process:

@@ -31,7 +31,8 @@ def make_engine(name: str, model, tokenizer, config) -> RolloutEngine:
     if name == "hf":
         from podsrl.rollout.hf import HFEngine
 
-        return HFEngine(model, tokenizer, top_p=config.top_p, batch_size=config.batch_size)
+        return HFEngine(model, tokenizer, top_p=config.top_p, batch_size=config.batch_size,
+                        share_prompt_cache=config.share_prompt_cache)
     if name == "vllm":
         from podsrl.rollout.vllm import VLLMEngine
 

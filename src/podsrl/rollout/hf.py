@@ -42,9 +42,10 @@ class RowSampler(LogitsProcessor):
 class HFEngine:
     """Samples from the training model itself, so its weights are always current."""
 
-    def __init__(self, model, tokenizer, top_p: float = 1.0, batch_size: int = 64):
+    def __init__(self, model, tokenizer, top_p: float = 1.0, batch_size: int = 64, share_prompt_cache: bool = True):
         self.model, self.tokenizer = model, tokenizer
         self.top_p, self.batch_size = top_p, batch_size
+        self.share_prompt_cache = share_prompt_cache
         eos = model.generation_config.eos_token_id
         self.eos_ids = [e for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
         if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in self.eos_ids:
@@ -57,8 +58,9 @@ class HFEngine:
     def generate(
         self, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seeds: list[int] | None = None
     ) -> Rollouts:
-        """``seeds`` (one per prompt) makes each prompt's n rollouts depend on its seed alone, not
-        on which other prompts share the batch or the process, nor on the global RNG."""
+        """``seeds`` (one per prompt) makes each prompt's n rollouts depend on its seed alone (up
+        to floating-point noise), not on which other prompts share the batch or the process, nor
+        on the global RNG. A call generates for ``batch_size // n`` prompts (at least one)."""
         pad = self.tokenizer.pad_token_id
         device = next(self.model.parameters()).device
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -67,11 +69,14 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         row_seeds = [seed * 1_000_003 + j for seed in seeds for j in range(n)] if seeds is not None else None
+        per_call = max(1, self.batch_size // n)  # prompts per generate call
         chunks = []  # (completion ids, mask) of each generate call
-        for start in range(0, prompt_ids.shape[0], self.batch_size):
-            rows = slice(start, start + self.batch_size)
+        for first in range(0, len(prompts), per_call):
+            rows = slice(first * n, (first + per_call) * n)
             chunk_seeds = row_seeds[rows] if row_seeds is not None else None
-            chunks.append(self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, chunk_seeds))
+            cache = self._shared_prompt_cache(enc["input_ids"][first : first + per_call].to(device),
+                                              enc["attention_mask"][first : first + per_call].to(device), n)
+            chunks.append(self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, chunk_seeds, cache))
         self.model.train(was_training)
         width = max(ids.shape[1] for ids, _ in chunks)
         completion_ids = torch.cat([F.pad(ids, (0, width - ids.shape[1]), value=pad) for ids, _ in chunks])  # [N, C]
@@ -79,7 +84,21 @@ class HFEngine:
         texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, texts)
 
-    def _generate(self, ids, mask, temperature, max_new_tokens, seeds) -> tuple[torch.Tensor, torch.Tensor]:
+    def _shared_prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int):
+        """Prefill each prompt once (all but its last token) and repeat its KV cache for the n
+        rollouts, instead of prefilling n identical copies; None where the cache cannot do it."""
+        if n == 1 or not self.share_prompt_cache or ids.shape[1] < 2:
+            return None
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate() numbers them
+        out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True)
+        cache = out.past_key_values
+        if not hasattr(cache, "batch_repeat_interleave"):
+            self.share_prompt_cache = False
+            return None
+        cache.batch_repeat_interleave(n)
+        return cache
+
+    def _generate(self, ids, mask, temperature, max_new_tokens, seeds, cache=None) -> tuple[torch.Tensor, torch.Tensor]:
         if temperature <= 0:
             sampling = dict(do_sample=False)
         elif seeds is not None:
@@ -87,7 +106,7 @@ class HFEngine:
         else:
             sampling = dict(do_sample=True, temperature=temperature, top_p=self.top_p, top_k=0)
         out = self.model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, past_key_values=cache,
             pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_ids, **sampling,
         )
         # masked per call, before any padding: the pad token may be the EOS token

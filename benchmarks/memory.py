@@ -1,0 +1,76 @@
+"""Peak memory of one update phase: GRPO with all n rollouts at once, GRPO-GA (all n, micro-
+batches of m per prompt) and PODS (m of n), at the same n, on the embedded model.
+
+Each variant runs in a fresh process on the same rollouts (generated once, seeded) and reports
+the update's peak resident memory (CPU; CUDA's allocator peak on a GPU) above its level before
+the update, i.e. the activation and gradient memory the update needs.
+
+    python benchmarks/memory.py [--n 32] [--m 8] [--prompts 4] [model.name_or_path=...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+VARIANTS = {  # name -> overrides
+    "grpo (all n at once)": ["mode=grpo"],
+    "grpo-ga (n, micro-batches of m)": ["mode=grpo-ga"],
+    "pods (m of n)": ["mode=pods"],
+}
+
+
+def measure(overrides: list[str]) -> dict:
+    """One update on seeded rollouts, in this process; returns its memory and time."""
+    import tempfile
+    import time
+
+    import torch
+
+    from podsrl.config import load_config
+    from podsrl.evaluate import chat_prompt
+    from podsrl.memory import PeakMemory
+    from podsrl.trainer import down_sample, setup, update
+
+    c = load_config(None, [*overrides, f"output_dir={tempfile.mkdtemp()}/run"])
+    s = setup(c)
+    problems = [p for _, p in zip(range(c.prompts_per_step), s.task.train(c.seed))]
+    prompts = [chat_prompt(s.tokenizer, s.system_prompt, p.question) for p in problems]
+    rollouts = s.engine.generate(prompts, c.n, c.rollout.temperature, c.rollout.max_new_tokens, seeds=list(range(len(prompts))))
+    rewards = torch.randint(0, 2, (len(prompts), c.n), generator=torch.Generator().manual_seed(0)).float()
+    chosen = down_sample(c, rewards, step=1)
+    start = time.perf_counter()
+    with PeakMemory(s.accelerator.device) as mem:
+        stats = update(s, c, rollouts, chosen, step=1)
+    return {"peak_mb": mem.peak_mb, "delta_mb": mem.delta_mb, "seconds": time.perf_counter() - start,
+            "trained_sequences": stats["trained_sequences"], "micro_batches": stats["micro_batches"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=32)
+    parser.add_argument("--m", type=int, default=8)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args, overrides = parser.parse_known_args()
+    if args.child:
+        print(json.dumps(measure(json.loads(args.child))))
+        return
+    common = [f"n={args.n}", f"m={args.m}", f"prompts_per_step={args.prompts}", "progress=false", *overrides]
+    print(f"one update phase, n={args.n}, m={args.m}, {args.prompts} prompts; each in a fresh process")
+    print(f"{'variant':<34} {'trained':>8} {'micro':>6} {'update MB':>10} {'peak RSS MB':>12} {'seconds':>8}")
+    results = {}
+    for name, extra in VARIANTS.items():
+        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(common + extra)],
+                             capture_output=True, text=True, check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        results[name] = r
+        print(f"{name:<34} {r['trained_sequences']:>8} {r['micro_batches']:>6} {r['delta_mb']:>10.0f} {r['peak_mb']:>12.0f} {r['seconds']:>8.1f}")
+    grpo, ga, pods = (results[k]["delta_mb"] for k in VARIANTS)
+    print(f"\nupdate memory ratio grpo(all n) / pods: {grpo / pods:.2f}x;  grpo-ga / pods: {ga / pods:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

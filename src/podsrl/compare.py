@@ -1,0 +1,192 @@
+"""``podsrl compare``: train several methods under the same wall-clock budget and compare their
+held-out accuracy against training time (evaluation excluded), over several seeds.
+
+A method is a name plus config overrides. Built in: ``grpo`` (mode=grpo, n = the config's m),
+``pods`` (mode=pods) and ``grpo-ga`` (mode=grpo-ga); ``name:key=value,key=value`` defines more
+(``pods-random:rule=random``). Runs live in ``<out>/<method>/seed-<s>``; a finished run is kept,
+an unfinished one resumes, and a larger budget extends every run from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from podsrl.config import load_config
+from podsrl.errors import PodsError
+
+BUILTIN = {"grpo": lambda c: ["mode=grpo", f"n={c.m}"], "pods": lambda c: ["mode=pods"], "grpo-ga": lambda c: ["mode=grpo-ga"]}
+
+
+def parse_methods(specs: list[str], base) -> dict[str, list[str]]:
+    """``["grpo,pods", "pods-random:rule=random,n=32"]`` -> {name: config overrides}."""
+    methods = {}
+    for spec in specs:
+        items = [spec] if ":" in spec else [x for x in spec.split(",") if x.strip()]
+        for item in items:
+            name, _, extra = item.strip().partition(":")
+            overrides = BUILTIN[name](base) if name in BUILTIN else ["mode=pods"]
+            methods[name] = overrides + [kv for kv in extra.split(",") if kv]
+    if "grpo" not in methods:
+        raise PodsError("compare needs the grpo method: times are measured to GRPO's peak")
+    return methods
+
+
+def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
+            budget_minutes: float, out: Path, eval_every_s: float) -> dict:
+    from podsrl.trainer import latest_checkpoint, train
+
+    base = load_config(config_path, overrides)
+    methods = parse_methods(method_specs, base)
+    budget_s = budget_minutes * 60
+    plan = [(m, s) for s in range(seeds) for m in methods]  # seed-major: early results cover every method
+    configs = {}
+    for method, seed in plan:  # validate every run's config before training any
+        run_dir = out / method / f"seed-{seed}"
+        configs[method, seed] = load_config(config_path, [
+            *overrides, *methods[method], f"seed={seed}", f"output_dir={run_dir}", "steps=1000000",
+            f"time_budget_s={budget_s}", f"eval_every_s={eval_every_s}", f"save_every={10**9}",
+        ])
+    for i, (method, seed) in enumerate(plan, 1):
+        c = configs[method, seed]
+        run_dir = Path(c.output_dir)
+        ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
+        if ckpt is not None:
+            done = json.loads((ckpt / "trainer_state.json").read_text())["train_seconds"]
+            if done >= budget_s:
+                print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done:.0f}s of {budget_s:.0f}s)", flush=True)
+                continue
+            c.resume = True
+        elif run_dir.exists():  # an interrupted run without a checkpoint starts again
+            import shutil
+
+            shutil.rmtree(run_dir)
+        print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {budget_s:.0f}s", flush=True)
+        train(c)
+    summary = summarise(out, list(methods), seeds)
+    write_reports(out, summary)
+    return summary
+
+
+def read_evals(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    return [r for r in rows if r.get("eval_accuracy") is not None], [r for r in rows if "update_s" in r]
+
+
+def first_time_reaching(evals: list[dict], target: float) -> float | None:
+    return next((e["train_seconds"] for e in evals if e["eval_accuracy"] >= target - 1e-12), None)
+
+
+def summarise(out: Path, methods: list[str], seeds: int) -> dict:
+    """Per method: peak and final accuracy, time to GRPO's peak (per seed: the first eval at or
+    above that seed's GRPO peak accuracy), speed-up over GRPO, step costs, memory; seed spread."""
+    runs = {(m, s): read_evals(out / m / f"seed-{s}") for m in methods for s in range(seeds)
+            if (out / m / f"seed-{s}" / "metrics.jsonl").exists()}
+    grpo_peak = {s: max(e["eval_accuracy"] for e in runs["grpo", s][0]) for s in range(seeds) if ("grpo", s) in runs}
+    grpo_time = {s: first_time_reaching(runs["grpo", s][0], grpo_peak[s]) for s in grpo_peak}
+    summary = {"methods": {}, "seeds": seeds, "grpo_peak_accuracy_per_seed": grpo_peak}
+    for m in methods:
+        per_seed = []
+        for s in range(seeds):
+            if (m, s) not in runs or s not in grpo_peak:
+                continue
+            evals, steps = runs[m, s]
+            t = first_time_reaching(evals, grpo_peak[s])
+            per_seed.append({
+                "seed": s, "peak_accuracy": max(e["eval_accuracy"] for e in evals), "final_accuracy": evals[-1]["eval_accuracy"],
+                "base_accuracy": evals[0]["eval_accuracy"], "time_to_grpo_peak_s": t,
+                "speedup_vs_grpo": (grpo_time[s] / t) if t else None, "steps": steps[-1]["step"] if steps else 0,
+                "train_seconds": steps[-1]["train_seconds"] if steps else 0.0,
+                "generation_s_per_step": _mean([r["generation_s"] for r in steps]),
+                "update_s_per_step": _mean([r["update_s"] for r in steps]),
+                "update_peak_memory_mb": _max([r.get("update_peak_memory_mb") for r in steps]),
+            })
+        reached = [p["time_to_grpo_peak_s"] for p in per_seed if p["time_to_grpo_peak_s"] is not None]
+        speedups = [p["speedup_vs_grpo"] for p in per_seed if p["speedup_vs_grpo"] is not None]
+        summary["methods"][m] = {
+            "peak_accuracy": _mean([p["peak_accuracy"] for p in per_seed]),
+            "final_accuracy": _mean([p["final_accuracy"] for p in per_seed]),
+            "time_to_grpo_peak_s": _mean(reached) if len(reached) == len(per_seed) and per_seed else None,
+            "speedup_vs_grpo": _mean(speedups) if len(speedups) == len(per_seed) and per_seed else None,
+            "seeds_reaching_grpo_peak": len(reached),
+            "generation_s_per_step": _mean([p["generation_s_per_step"] for p in per_seed]),
+            "update_s_per_step": _mean([p["update_s_per_step"] for p in per_seed]),
+            "update_peak_memory_mb": _mean([p["update_peak_memory_mb"] for p in per_seed]),
+            "spread": {
+                "peak_accuracy_std": _std([p["peak_accuracy"] for p in per_seed]),
+                "speedup_vs_grpo_min": min(speedups) if speedups else None,
+                "speedup_vs_grpo_max": max(speedups) if speedups else None,
+            },
+            "per_seed": per_seed,
+        }
+    return summary
+
+
+def write_reports(out: Path, summary: dict) -> None:
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.md").write_text(markdown_table(summary))
+    plot(out, summary)
+
+
+def markdown_table(summary: dict) -> str:
+    fmt = lambda v, spec: "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+    lines = [
+        "| method | peak acc | final acc | time to GRPO peak (s) | speed-up vs GRPO | seeds reaching | gen s/step | update s/step | update peak MB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, r in summary["methods"].items():
+        sp = r["spread"]
+        speed = fmt(r["speedup_vs_grpo"], ".2f") + (f" ({fmt(sp['speedup_vs_grpo_min'], '.2f')}–{fmt(sp['speedup_vs_grpo_max'], '.2f')})" if sp["speedup_vs_grpo_min"] is not None else "")
+        lines.append(
+            f"| {m} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(sp['peak_accuracy_std'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
+            f"{fmt(r['time_to_grpo_peak_s'], '.0f')} | {speed} | {r['seeds_reaching_grpo_peak']}/{len(r['per_seed'])} | "
+            f"{fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(out: Path, summary: dict) -> None:
+    """Held-out accuracy against training seconds and against steps: mean over seeds (on a
+    common grid, each seed holding its last evaluation) with the min–max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    for axis, key, name in [("training wall-clock seconds (evaluation excluded)", "train_seconds", "accuracy_vs_time.png"),
+                            ("optimizer steps", "step", "accuracy_vs_steps.png")]:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for m in summary["methods"]:
+            curves = [read_evals(out / m / f"seed-{p['seed']}")[0] for p in summary["methods"][m]["per_seed"]]
+            if not curves:
+                continue
+            end = min(c[-1][key] for c in curves)
+            grid = np.linspace(0, end, 200)
+            ys = np.array([[next((e["eval_accuracy"] for e in reversed(c) if e[key] <= x), c[0]["eval_accuracy"]) for x in grid] for c in curves])
+            line, = ax.plot(grid, ys.mean(0), label=f"{m} (n={len(curves)} seeds)")
+            ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.15, color=line.get_color())
+        ax.set_xlabel(axis)
+        ax.set_ylabel("held-out accuracy (pass@1)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.fmean(xs) if xs else None
+
+
+def _std(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.pstdev(xs) if len(xs) > 1 else 0.0
+
+
+def _max(xs):
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return max(xs) if xs else None

@@ -1,0 +1,69 @@
+"""podsrl compare: time-to-GRPO-peak arithmetic on hand-made curves; resume and extend."""
+
+import json
+
+import pytest
+
+from podsrl.compare import parse_methods, summarise, write_reports
+from podsrl.config import load_config
+from podsrl.errors import PodsError
+
+
+def write_run(folder, evals, step_rows=()):
+    folder.mkdir(parents=True)
+    lines = [{"step": i, "train_seconds": t, "eval_accuracy": a} for i, (t, a) in enumerate(evals)]
+    lines += [{"step": s, "train_seconds": t, "generation_s": g, "update_s": u, "update_peak_memory_mb": mb}
+              for s, t, g, u, mb in step_rows]
+    lines.sort(key=lambda r: (r["train_seconds"], "eval_accuracy" not in r))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+
+
+def test_summary_hand_computed(tmp_path):
+    # seed 0: GRPO peaks at 0.6, first reached at 20 s; PODS reaches 0.6 at 5 s: speed-up 4
+    write_run(tmp_path / "grpo" / "seed-0", [(0, 0.2), (10, 0.5), (20, 0.6), (30, 0.55)], [(1, 10, 1.0, 3.0, 100), (2, 30, 2.0, 5.0, 120)])
+    write_run(tmp_path / "pods" / "seed-0", [(0, 0.2), (5, 0.6), (10, 0.7)], [(1, 10, 4.0, 3.0, 90)])
+    # seed 1: GRPO peaks at 0.4 at 10 s; PODS reaches 0.4 at 20 s: speed-up 0.5
+    write_run(tmp_path / "grpo" / "seed-1", [(0, 0.1), (10, 0.4), (20, 0.3)])
+    write_run(tmp_path / "pods" / "seed-1", [(0, 0.1), (20, 0.45)])
+    # grpo-ga never reaches GRPO's peak in seed 0
+    write_run(tmp_path / "grpo-ga" / "seed-0", [(0, 0.2), (50, 0.5)])
+    write_run(tmp_path / "grpo-ga" / "seed-1", [(0, 0.1), (50, 0.4)])
+    s = summarise(tmp_path, ["grpo", "pods", "grpo-ga"], 2)
+    pods, grpo, ga = s["methods"]["pods"], s["methods"]["grpo"], s["methods"]["grpo-ga"]
+    assert [p["speedup_vs_grpo"] for p in pods["per_seed"]] == [4.0, 0.5]
+    assert pods["speedup_vs_grpo"] == pytest.approx(2.25)
+    assert pods["time_to_grpo_peak_s"] == pytest.approx(12.5)
+    assert pods["peak_accuracy"] == pytest.approx((0.7 + 0.45) / 2)
+    assert grpo["speedup_vs_grpo"] == 1.0 and grpo["time_to_grpo_peak_s"] == pytest.approx(15.0)
+    assert ga["time_to_grpo_peak_s"] is None and ga["speedup_vs_grpo"] is None and ga["seeds_reaching_grpo_peak"] == 1
+    assert grpo["per_seed"][0]["generation_s_per_step"] == 1.5 and grpo["per_seed"][0]["update_peak_memory_mb"] == 120
+    write_reports(tmp_path, s)
+    table = (tmp_path / "summary.md").read_text()
+    assert "| pods | 0.575" in table and "2.25 (0.50–4.00)" in table
+    assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "summary.json").read_text())["methods"]["pods"]["speedup_vs_grpo"] == 2.25
+
+
+def test_methods_parse():
+    base = load_config(None, ["n=32", "m=8"])
+    methods = parse_methods(["grpo,pods", "grpo-ga", "pods-random:rule=random,n=16"], base)
+    assert methods == {"grpo": ["mode=grpo", "n=8"], "pods": ["mode=pods"], "grpo-ga": ["mode=grpo-ga"],
+                       "pods-random": ["mode=pods", "rule=random", "n=16"]}
+    with pytest.raises(PodsError, match="grpo"):
+        parse_methods(["pods"], base)
+
+
+def test_compare_runs_resumes_and_extends(tiny_model_dir, tmp_path):
+    from podsrl.compare import run_all
+
+    args = [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
+            "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]"]
+    out = tmp_path / "cmp"
+    first = run_all(None, args, ["grpo,pods"], 1, 0.01, out, 0.2)
+    steps_before = first["methods"]["pods"]["per_seed"][0]["steps"]
+    again = run_all(None, args, ["grpo,pods"], 1, 0.01, out, 0.2)  # finished: nothing retrained
+    assert again["methods"]["pods"]["per_seed"][0]["steps"] == steps_before
+    longer = run_all(None, args, ["grpo,pods"], 1, 0.03, out, 0.2)  # extended from the checkpoint
+    rows = [json.loads(l) for l in (out / "pods" / "seed-0" / "metrics.jsonl").read_text().splitlines()]
+    assert longer["methods"]["pods"]["per_seed"][0]["steps"] > steps_before
+    assert [r["step"] for r in rows if r["step"] == 0] == [0]  # the base evaluation was not redone
