@@ -59,11 +59,12 @@ def test_compare_runs_resumes_and_extends(tiny_model_dir, tmp_path):
     args = [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
             "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]"]
     out = tmp_path / "cmp"
-    first = run_all(None, args, ["grpo,pods"], 1, 0.01, out, 0.2)
+    first = run_all(None, args, ["grpo,pods"], 1, 0.001, out, 0.2)  # stops after one step
     steps_before = first["methods"]["pods"]["per_seed"][0]["steps"]
-    again = run_all(None, args, ["grpo,pods"], 1, 0.01, out, 0.2)  # finished: nothing retrained
+    again = run_all(None, args, ["grpo,pods"], 1, 0.001, out, 0.2)  # finished: nothing retrained
     assert again["methods"]["pods"]["per_seed"][0]["steps"] == steps_before
-    longer = run_all(None, args, ["grpo,pods"], 1, 0.03, out, 0.2)  # extended from the checkpoint
+    spent = max(first["methods"][m]["per_seed"][0]["train_seconds"] for m in ("grpo", "pods"))
+    longer = run_all(None, args, ["grpo,pods"], 1, 4 * spent / 60, out, 0.2)  # extended from the checkpoint
     rows = [json.loads(l) for l in (out / "pods" / "seed-0" / "metrics.jsonl").read_text().splitlines()]
     assert longer["methods"]["pods"]["per_seed"][0]["steps"] > steps_before
     assert [r["step"] for r in rows if r["step"] == 0] == [0]  # the base evaluation was not redone

@@ -36,7 +36,8 @@ def cmd_train(args) -> int:
     from podsrl.trainer import train
 
     out = train(config)
-    print(f"run written to {out}")
+    if os.environ.get("RANK", "0") == "0":
+        print(f"run written to {out}")
     return 0
 
 

@@ -98,7 +98,10 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     """Validate everything the user gave (data, rewards, model) before writing anything."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
-    accelerator = accelerator or Accelerator(log_with=c.report_to or None, project_dir=output_dir)
+    if accelerator is None:
+        # several processes without a GPU (torchrun, accelerate launch): data parallel over gloo
+        cpu_ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+        accelerator = Accelerator(log_with=c.report_to or None, project_dir=output_dir, cpu=cpu_ranks)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
@@ -243,12 +246,19 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
     s.optimizer.step()
     s.engine.sync_weights()
-    tokens = max(totals["tokens"], 1.0)
+    # over ranks: each rank's loss is normalised by its share, so their mean is the global loss
+    loss, tokens, clipped, kl = _sum_over_ranks(acc, [totals["loss"], totals["tokens"], totals["clip_fraction"], totals["kl"]])
     return {
-        "loss": totals["loss"], "clip_fraction": totals["clip_fraction"] / tokens, "kl": totals["kl"] / tokens,
-        "grad_norm": float(grad_norm) if grad_norm is not None else None, "trained_sequences": len(rows),
-        "trained_tokens": int(totals["tokens"]), "micro_batches": len(chunks),
+        "loss": loss / acc.num_processes, "clip_fraction": clipped / max(tokens, 1.0), "kl": kl / max(tokens, 1.0),
+        "grad_norm": float(grad_norm) if grad_norm is not None else None,
+        "trained_sequences": len(rows) * acc.num_processes, "trained_tokens": int(tokens), "micro_batches": len(chunks),
     }
+
+
+def _sum_over_ranks(acc: Accelerator, values: list[float]) -> list[float]:
+    if acc.num_processes == 1:
+        return values
+    return acc.reduce(torch.tensor(values, dtype=torch.float64, device=acc.device), reduction="sum").tolist()
 
 
 @torch.no_grad()
@@ -291,6 +301,9 @@ def _train(s: Setup, c: Config) -> Path:
         acc.init_trackers("podsrl", config=_flat(to_dict(c)))
     metrics_file = open(out / "metrics.jsonl", "a") if acc.is_main_process else None
 
+    if acc.is_main_process:
+        log.info("training %s (%s) on %d process(es), %s; output in %s", c.model.name_or_path, c.mode,
+                 acc.num_processes, acc.device, out)
     stream = itertools.islice(s.task.train(c.seed), s.start_step * c.prompts_per_step, None)
     last_eval = None
     if s.start_step == 0:
@@ -376,7 +389,8 @@ def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
     if metrics_file is not None:
         metrics_file.write(json.dumps({"step": step, "train_seconds": s.train_seconds, **result}) + "\n")
         metrics_file.flush()
-    log.info("step %d: held-out accuracy %.3f", step, accuracy)
+    if s.accelerator.is_main_process:
+        log.info("step %d: held-out accuracy %.3f", step, accuracy)
     return result
 
 

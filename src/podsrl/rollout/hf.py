@@ -16,6 +16,13 @@ def mask_after_eos(completion_ids: torch.Tensor, eos_ids: list[int], pad_id: int
     return completion_ids.masked_fill(after, pad_id), (~after).long()
 
 
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """Every token that ends a completion: the model's generation config and the tokenizer's."""
+    eos = model.generation_config.eos_token_id
+    ids = [e for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
+    return ids + [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids else ids
+
+
 class RowSampler(LogitsProcessor):
     """Temperature / top-p sampling where row i draws from its own seeded generator.
 
@@ -46,10 +53,7 @@ class HFEngine:
         self.model, self.tokenizer = model, tokenizer
         self.top_p, self.batch_size = top_p, batch_size
         self.share_prompt_cache = share_prompt_cache
-        eos = model.generation_config.eos_token_id
-        self.eos_ids = [e for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
-        if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in self.eos_ids:
-            self.eos_ids.append(tokenizer.eos_token_id)
+        self.eos_ids = eos_token_ids(model, tokenizer)
 
     def sync_weights(self) -> None:  # the same module: nothing to copy
         pass

@@ -1,0 +1,66 @@
+"""Rollout throughput: the HF engine with and without the shared prompt prefill, and vLLM where a
+GPU and vLLM are present, on the same prompts and the same device, side by side.
+
+    python benchmarks/rollout.py [--prompts 4] [--n 32] [--tokens 12] [model.name_or_path=...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from podsrl import models
+from podsrl.config import load_config
+from podsrl.evaluate import chat_prompt
+from podsrl.rollout.hf import HFEngine
+from podsrl.tasks import load_task
+
+
+def timed(engine, prompts, n, tokens, repeats=2):
+    engine.generate(prompts[:1], 2, 0.9, 2, seeds=[0])  # warm-up
+    best = float("inf")
+    for r in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = engine.generate(prompts, n, 0.9, tokens, seeds=list(range(r * 100, r * 100 + len(prompts))))
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best, int(out.completion_mask.sum())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--n", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=12)
+    args, overrides = parser.parse_known_args()
+    c = load_config(None, overrides)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = models.load_tokenizer(c.model.name_or_path)
+    model = models.load_model(c.model.name_or_path, c.model.dtype).to(device)
+    task = load_task(c.task.name, path=c.task.path, digits=c.task.digits, operations=c.task.operations)
+    prompts = [chat_prompt(tokenizer, task.system_prompt, p.question) for _, p in zip(range(args.prompts), task.train(0))]
+    print(f"{args.prompts} prompts x {args.n} rollouts, up to {args.tokens} new tokens, on {device}")
+    results = {}
+    for name, engine in [("hf, shared prompt prefill", HFEngine(model, tokenizer, batch_size=256, share_prompt_cache=True)),
+                         ("hf, prefill per rollout", HFEngine(model, tokenizer, batch_size=256, share_prompt_cache=False))]:
+        results[name] = timed(engine, prompts, args.n, args.tokens)
+    if device == "cuda":
+        try:
+            from podsrl.rollout.vllm import VLLMEngine
+
+            c.rollout.gpu_memory_utilization = 0.5
+            results["vllm"] = timed(VLLMEngine(model, tokenizer, c.rollout), prompts, args.n, args.tokens)
+        except Exception as e:  # noqa: BLE001 (report and keep the HF figures)
+            print(f"vllm: not measured ({type(e).__name__}: {e})")
+    base = results["hf, prefill per rollout"][0]
+    for name, (seconds, tokens) in results.items():
+        print(f"{name:<28} {seconds:7.2f} s  {tokens / seconds:8.0f} tokens/s  {base / seconds:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Data parallelism on the CPU: two processes (gloo) under accelerate launch against one process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO
+
+WORKER = str(REPO / "tests" / "distributed_worker.py")
+
+
+def test_two_processes_match_one(tiny_model_dir, tmp_path):
+    common = [f"model.name_or_path={tiny_model_dir}", "steps=3", "prompts_per_step=4", "n=4", "m=2",
+              "task.test_size=6", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2",
+              "rewards=[rewards_for_tests:varied]", "loss_type=bnpo"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    one = subprocess.run([sys.executable, WORKER, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                          str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), WORKER, str(tmp_path / "two.json"),
+                          *common, f"output_dir={tmp_path / 'two'}"], env=env, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = json.loads((tmp_path / "one.json").read_text())
+    b = json.loads((tmp_path / "two.json").read_text())
+    assert [r["world"] for r in a] == [1, 1, 1] and [r["world"] for r in b] == [2, 2, 2]
+    for x, y in zip(a, b):
+        assert y["rank_max_abs_diff"] == 0.0  # identical parameters on both ranks after every step
+        assert abs(x["loss"] - y["loss"]) < 1e-5 and abs(x["grad_norm"] - y["grad_norm"]) < 1e-4 * max(1.0, x["grad_norm"])
+    assert any(r["grad_norm"] > 0 for r in a)  # the steps did train
+    # the same final weights, and one checkpoint written once
+    wa = load_file(tmp_path / "one" / "checkpoints" / "step-000003" / "model" / "model.safetensors")
+    wb = load_file(tmp_path / "two" / "checkpoints" / "step-000003" / "model" / "model.safetensors")
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+    rows = [json.loads(l) for l in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert rows[1]["trained_sequences"] == 4 * 2  # the global batch: 4 prompts x m = 2
