@@ -46,11 +46,10 @@ def cmd_eval(args) -> int:
     from podsrl.config import load_config
     from podsrl.evaluate import evaluate
     from podsrl.rollout import make_engine
-    from podsrl.tasks import load_task
+    from podsrl.tasks import task_from_config
 
     c = load_config(*_split(args))
-    task = load_task(c.task.name, path=c.task.path, train_path=c.task.train_path, digits=c.task.digits,
-                     operations=c.task.operations, test_size=c.task.test_size, seed=c.seed)
+    task = task_from_config(c.task, c.seed)
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code)
     engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout)

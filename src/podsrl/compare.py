@@ -36,7 +36,8 @@ def parse_methods(specs: list[str], base) -> dict[str, list[str]]:
 
 def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
             budget_minutes: float, out: Path, eval_every_s: float) -> dict:
-    from podsrl.trainer import latest_checkpoint, train
+    from podsrl.checkpoint import latest_checkpoint, read_state
+    from podsrl.trainer import train
 
     base = load_config(config_path, overrides)
     methods = parse_methods(method_specs, base)
@@ -54,7 +55,7 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
         run_dir = Path(c.output_dir)
         ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
         if ckpt is not None:
-            done = json.loads((ckpt / "trainer_state.json").read_text())["train_seconds"]
+            done = read_state(ckpt)["train_seconds"]
             if done >= budget_s:
                 print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done:.0f}s of {budget_s:.0f}s)", flush=True)
                 continue

@@ -36,6 +36,9 @@ from tqdm.auto import tqdm
 
 from podsrl import models
 from podsrl.advantages import group_advantages
+from podsrl.checkpoint import (
+    latest_checkpoint, load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic,
+)
 from podsrl.config import Config, to_dict, to_yaml, trained_per_prompt
 from podsrl.downsample import select
 from podsrl.errors import PodsError
@@ -44,7 +47,7 @@ from podsrl.loss import policy_loss
 from podsrl.memory import PeakMemory
 from podsrl.rewards import load_reward, score
 from podsrl.rollout import Rollouts, make_engine
-from podsrl.tasks import Problem, Task, load_task
+from podsrl.tasks import Problem, Task, task_from_config
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +93,6 @@ def default_output_dir(c: Config) -> Path:
     return Path("runs") / f"{c.task.name}-{c.mode}-{stamp}"
 
 
-def latest_checkpoint(output_dir: Path) -> Path | None:
-    found = sorted((output_dir / "checkpoints").glob("step-*"))
-    return found[-1] if found else None
-
-
 def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     """Validate everything the user gave (data, rewards, model) before writing anything."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
@@ -108,8 +106,7 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         output_dir = Path(broadcast_object_list([str(output_dir)])[0])
     if c.prompts_per_step % accelerator.num_processes:
         raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
-    task = load_task(c.task.name, path=c.task.path, train_path=c.task.train_path, digits=c.task.digits,
-                     operations=c.task.operations, test_size=c.task.test_size, seed=c.seed)
+    task = task_from_config(c.task, c.seed)
     reward_fns = {name: load_reward(name) for name in c.rewards}
 
     resume_from = None
@@ -144,26 +141,10 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
               reward_fns, ref_model, output_dir)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     if resume_from is not None:
-        state = json.loads((resume_from / "trainer_state.json").read_text())
-        optimizer.load_state_dict(torch.load(resume_from / "optimizer.pt", map_location="cpu", weights_only=True))
+        state = read_state(resume_from)
+        load_optimizer(optimizer, resume_from)
         s.start_step, s.train_seconds = state["step"], state["train_seconds"]
     return s
-
-
-def load_weights(model, folder: Path, lora: bool) -> None:
-    """Load a checkpoint's weights (an adapter, or the full model) into ``model``."""
-    from safetensors.torch import load_file
-
-    if lora:
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
-    else:
-        files = sorted(folder.glob("*.safetensors"))
-        state = {k: v for f in files for k, v in load_file(f).items()}
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected or [k for k in missing if "lm_head" not in k]:  # tied heads are not saved
-            raise PodsError(f"checkpoint {folder} does not match the model")
 
 
 # --------------------------------------------------------------------------- one step
@@ -294,8 +275,8 @@ def _train(s: Setup, c: Config) -> Path:
     if acc.is_main_process:
         s.created_output_dir = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
-        _write_atomic(out / "config.yaml", to_yaml(c))
-        _truncate_metrics(out / "metrics.jsonl", s.start_step)
+        write_atomic(out / "config.yaml", to_yaml(c))
+        truncate_metrics(out / "metrics.jsonl", s.start_step)
     acc.wait_for_everyone()
     if c.report_to:
         acc.init_trackers("podsrl", config=_flat(to_dict(c)))
@@ -371,14 +352,14 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
         bar.update(1)
         bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=f"{(last_eval or {}).get('eval_accuracy', float('nan')):.2f}")
         if (c.save_every and step % c.save_every == 0) or step == c.steps:
-            save_checkpoint(s, c, step)
+            save_checkpoint(s, step)
 
     if step < c.steps:  # stopped by the time budget: evaluate and save where it stopped
         if last_eval is None or last_eval.get("eval_step") != step:
             record = {"step": step, "train_seconds": s.train_seconds, **_evaluate(s, c, step, None)}
             if acc.is_main_process:
                 metrics_file.write(json.dumps(_jsonable(record)) + "\n")
-        save_checkpoint(s, c, step)
+        save_checkpoint(s, step)
 
 
 def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
@@ -412,45 +393,6 @@ def _mean_over_ranks(acc: Accelerator, values: dict[str, float]) -> dict[str, fl
         return values
     t = acc.reduce(torch.tensor(list(values.values()), device=acc.device), reduction="mean")
     return dict(zip(values, t.tolist()))
-
-
-# --------------------------------------------------------------------------- checkpoints
-
-
-def save_checkpoint(s: Setup, c: Config, step: int, keep: int = 1) -> None:
-    """``checkpoints/step-NNNNNN/{model/, optimizer.pt, trainer_state.json}``, written to a
-    temporary folder and renamed into place, so a checkpoint is complete or absent."""
-    acc = s.accelerator
-    acc.wait_for_everyone()
-    state_dict = acc.get_state_dict(s.model)
-    if acc.is_main_process:
-        root = s.output_dir / "checkpoints"
-        final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        acc.unwrap_model(s.model).save_pretrained(tmp / "model", state_dict=state_dict)
-        s.tokenizer.save_pretrained(tmp / "model")
-        torch.save(s.optimizer.state_dict(), tmp / "optimizer.pt")
-        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "train_seconds": s.train_seconds}))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        for old in sorted(root.glob("step-*"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    acc.wait_for_everyone()
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop the lines of steps after the checkpoint (they will be redone)."""
-    if not path.exists():
-        return
-    lines = [l for l in path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= step]
-    _write_atomic(path, "".join(l + "\n" for l in lines))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

@@ -131,3 +131,9 @@ def load_task(name: str, **options) -> Task:
     if name not in TASKS:
         raise PodsError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
     return TASKS[name](**options)
+
+
+def task_from_config(task, seed: int = 0) -> Task:
+    """The task a :class:`podsrl.config.TaskConfig` names."""
+    return load_task(task.name, path=task.path, train_path=task.train_path, digits=task.digits,
+                     operations=task.operations, test_size=task.test_size, seed=seed)
