@@ -30,18 +30,25 @@ def test_summary_hand_computed(tmp_path):
     write_run(tmp_path / "grpo-ga" / "seed-1", [(0, 0.1), (50, 0.4)])
     s = summarise(tmp_path, ["grpo", "pods", "grpo-ga"], 2)
     pods, grpo, ga = s["methods"]["pods"], s["methods"]["grpo"], s["methods"]["grpo-ga"]
+    # per seed, against the same seed's GRPO
     assert [p["speedup_vs_grpo"] for p in pods["per_seed"]] == [4.0, 0.5]
-    assert pods["speedup_vs_grpo"] == pytest.approx(2.25)
-    assert pods["time_to_grpo_peak_s"] == pytest.approx(12.5)
+    assert [p["time_to_grpo_peak_s"] for p in ga["per_seed"]] == [None, 50]
+    assert pods["spread"]["speedup_vs_grpo_per_seed_mean"] == pytest.approx(2.25)
+    assert ga["seeds_reaching_grpo_peak"] == 1 and ga["spread"]["speedup_vs_grpo_per_seed_mean"] is None
+    # seed-mean curves: GRPO (up to 20 s, its shorter seed) is 0.15, 0.45, 0.45 at 0, 10, 20 s,
+    # so its peak is 0.45, first at 10 s. PODS (up to 10 s) is 0.15, 0.35, 0.40: never 0.45.
+    # GRPO-GA is 0.15 then 0.45 at 50 s: speed-up 10 / 50.
+    assert s["grpo_peak_accuracy"] == pytest.approx(0.45) and s["grpo_time_to_peak_s"] == 10
+    assert grpo["time_to_grpo_peak_s"] == 10 and grpo["speedup_vs_grpo"] == 1.0
+    assert pods["time_to_grpo_peak_s"] is None and pods["speedup_vs_grpo"] is None
+    assert ga["time_to_grpo_peak_s"] == 50 and ga["speedup_vs_grpo"] == pytest.approx(0.2)
     assert pods["peak_accuracy"] == pytest.approx((0.7 + 0.45) / 2)
-    assert grpo["speedup_vs_grpo"] == 1.0 and grpo["time_to_grpo_peak_s"] == pytest.approx(15.0)
-    assert ga["time_to_grpo_peak_s"] is None and ga["speedup_vs_grpo"] is None and ga["seeds_reaching_grpo_peak"] == 1
     assert grpo["per_seed"][0]["generation_s_per_step"] == 1.5 and grpo["per_seed"][0]["update_peak_memory_mb"] == 120
     write_reports(tmp_path, s)
     table = (tmp_path / "summary.md").read_text()
-    assert "| pods | 0.575" in table and "2.25 (0.50–4.00)" in table
+    assert "| pods | 0.575" in table and "| grpo-ga |" in table and "0.20 (0.20–0.20)" in table
     assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
-    assert json.loads((tmp_path / "summary.json").read_text())["methods"]["pods"]["speedup_vs_grpo"] == 2.25
+    assert json.loads((tmp_path / "summary.json").read_text())["methods"]["grpo-ga"]["speedup_vs_grpo"] == pytest.approx(0.2)
 
 
 def test_methods_parse():
