@@ -1,9 +1,11 @@
 """Peak memory of one update phase: GRPO with all n rollouts at once, GRPO-GA (all n, micro-
 batches of m per prompt) and PODS (m of n), at the same n, on the embedded model.
 
-Each variant runs in a fresh process on the same rollouts (generated once, seeded) and reports
-the update's peak resident memory (CPU; CUDA's allocator peak on a GPU) above its level before
-the update, i.e. the activation and gradient memory the update needs.
+Each variant runs in a fresh process on the same seeded rollouts and reports the first update's
+peak memory (resident set on a CPU, the CUDA allocator's peak on a GPU) above the level before it:
+activations, gradients and the optimizer state created by that first step. Gradients and
+optimizer state are the same for every variant; with LoRA (``model.lora_r=16``) they are small
+and the activations, which grow with the sequences trained at once, dominate.
 
     python benchmarks/memory.py [--n 32] [--m 8] [--prompts 4] [model.name_or_path=...]
 """
