@@ -8,7 +8,8 @@ Each step (:func:`train`):
      ``grpo`` and ``grpo-ga``);
   5. advantages, normalised over each prompt's selected rollouts;
   6. update: one optimizer step over the selected rollouts, in micro-batches;
-  7. log the step; evaluate every ``eval_every`` steps; checkpoint every ``save_every`` steps.
+  7. log the step; evaluate every ``eval_every`` steps (or ``eval_every_s`` seconds of training
+     clock); checkpoint every ``save_every`` steps.
 
 Every random choice of a step (sampling, random selection, dropout) is seeded from
 ``(seed, step, prompt)``, so a run resumed from a checkpoint continues exactly as it would have,
@@ -25,7 +26,7 @@ import os
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -77,7 +78,6 @@ class Setup:
     created_output_dir: bool = False
     start_step: int = 0
     train_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- set-up
@@ -190,6 +190,14 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     return logp.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # [N, C]
 
 
+def micro_batch_size(c: Config, prompts: int) -> int:
+    """Sequences per forward/backward: as configured, else every trained rollout at once (grpo,
+    pods), or m rollouts per prompt (grpo-ga, accumulating over n / m micro-batches)."""
+    if c.micro_batch_size:
+        return c.micro_batch_size
+    return (c.m if c.mode == "grpo-ga" else trained_per_prompt(c)) * prompts
+
+
 def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int) -> dict:
     """Step 6: one optimizer step over the chosen rollouts, in micro-batches."""
     acc, model = s.accelerator, s.model
@@ -197,7 +205,7 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     adv = chosen.advantages.flatten()  # [P * m]
     mask = rollouts.completion_mask[rows]
     C = int(mask.sum(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-padding columns
-    micro = c.micro_batch_size or (trained_per_prompt(c) if c.mode != "grpo-ga" else c.m) * len(rollouts.texts) // c.n
+    micro = micro_batch_size(c, prompts=len(rollouts.texts) // c.n)
     # normalisers of the whole optimizer batch, so micro-batch losses add up to its loss;
     # bnpo's token count is averaged over ranks, as the gradients are
     num_tokens = acc.reduce(mask.sum().float().to(acc.device), reduction="mean") if acc.num_processes > 1 else mask.sum()
