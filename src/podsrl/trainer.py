@@ -48,6 +48,7 @@ from podsrl.loss import policy_loss
 from podsrl.memory import PeakMemory
 from podsrl.rewards import load_reward, score
 from podsrl.rollout import Rollouts, make_engine
+from podsrl.rollout.hf import position_ids
 from podsrl.tasks import Problem, Task, task_from_config
 
 log = logging.getLogger(__name__)
@@ -183,8 +184,7 @@ def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completi
     C = completion_ids.shape[1]
     input_ids = torch.cat([prompt_ids, completion_ids], 1)  # [N, P + C]
     attention = torch.cat([prompt_mask, completion_mask], 1)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids(attention),
                    logits_to_keep=C + 1, use_cache=False).logits[:, :-1]  # [N, C, V]
     logp = torch.log_softmax(logits.float(), -1)
     return logp.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # [N, C]
@@ -397,10 +397,7 @@ def _reward_stats(acc: Accelerator, all_rewards: torch.Tensor, chosen: torch.Ten
 
 
 def _mean_over_ranks(acc: Accelerator, values: dict[str, float]) -> dict[str, float]:
-    if acc.num_processes == 1 or not values:
-        return values
-    t = acc.reduce(torch.tensor(list(values.values()), device=acc.device), reduction="mean")
-    return dict(zip(values, t.tolist()))
+    return dict(zip(values, (v / acc.num_processes for v in _sum_over_ranks(acc, list(values.values())))))
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

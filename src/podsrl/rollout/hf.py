@@ -16,6 +16,11 @@ def mask_after_eos(completion_ids: torch.Tensor, eos_ids: list[int], pad_id: int
     return completion_ids.masked_fill(after, pad_id), (~after).long()
 
 
+def position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """Positions of left-padded rows as ``generate()`` numbers them (padding gets 1, masked)."""
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
 def eos_token_ids(model, tokenizer) -> list[int]:
     """Every token that ends a completion: the model's generation config and the tokenizer's."""
     eos = model.generation_config.eos_token_id
@@ -93,8 +98,7 @@ class HFEngine:
         rollouts, instead of prefilling n identical copies; None where the cache cannot do it."""
         if n == 1 or not self.share_prompt_cache or ids.shape[1] < 2:
             return None
-        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate() numbers them
-        out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True)
+        out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=position_ids(mask)[:, :-1], use_cache=True)
         cache = out.past_key_values
         if not hasattr(cache, "batch_repeat_interleave"):
             self.share_prompt_cache = False
