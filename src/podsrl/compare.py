@@ -76,8 +76,13 @@ def read_evals(run_dir: Path) -> tuple[list[dict], list[dict]]:
     return [r for r in rows if r.get("eval_accuracy") is not None], [r for r in rows if "update_s" in r]
 
 
-def first_time_reaching(evals: list[dict], target: float) -> float | None:
-    return next((e["train_seconds"] for e in evals if e["eval_accuracy"] >= target - 1e-12), None)
+def first_time_reaching(curve: list[tuple[float, float]], target: float) -> float | None:
+    """The first time of a (time, accuracy) curve at which it reaches ``target``; None if never."""
+    return next((t for t, a in curve if a >= target - 1e-12), None)
+
+
+def points(evals: list[dict]) -> list[tuple[float, float]]:
+    return [(e["train_seconds"], e["eval_accuracy"]) for e in evals]
 
 
 def held_curves(curves: list[list[dict]], key: str = "train_seconds") -> tuple[list[float], list[list[float]]]:
@@ -104,11 +109,10 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
     runs = {(m, s): read_evals(out / m / f"seed-{s}") for m in methods for s in range(seeds)
             if (out / m / f"seed-{s}" / "metrics.jsonl").exists()}
     grpo_peak = {s: max(e["eval_accuracy"] for e in runs["grpo", s][0]) for s in range(seeds) if ("grpo", s) in runs}
-    grpo_time = {s: first_time_reaching(runs["grpo", s][0], grpo_peak[s]) for s in grpo_peak}
+    grpo_time = {s: first_time_reaching(points(runs["grpo", s][0]), grpo_peak[s]) for s in grpo_peak}
     grpo_curve = mean_curve([runs["grpo", s][0] for s in grpo_peak]) if grpo_peak else []
     target = max((a for _, a in grpo_curve), default=None)
-    reach = lambda curve: next((t for t, a in curve if a >= target - 1e-12), None)
-    grpo_t = reach(grpo_curve) if grpo_curve else None
+    grpo_t = first_time_reaching(grpo_curve, target) if grpo_curve else None
     summary = {"methods": {}, "seeds": seeds, "grpo_peak_accuracy": target, "grpo_time_to_peak_s": grpo_t,
                "grpo_peak_accuracy_per_seed": grpo_peak}
     for m in methods:
@@ -117,7 +121,7 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
             if (m, s) not in runs or s not in grpo_peak:
                 continue
             evals, steps = runs[m, s]
-            t = first_time_reaching(evals, grpo_peak[s])
+            t = first_time_reaching(points(evals), grpo_peak[s])
             per_seed.append({
                 "seed": s, "peak_accuracy": max(e["eval_accuracy"] for e in evals), "final_accuracy": evals[-1]["eval_accuracy"],
                 "base_accuracy": evals[0]["eval_accuracy"], "time_to_grpo_peak_s": t,
@@ -127,7 +131,8 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
                 "update_s_per_step": _mean([r["update_s"] for r in steps]),
                 "update_peak_memory_mb": _max([r.get("update_peak_memory_mb") for r in steps]),
             })
-        t_mean = reach(mean_curve([runs[m, p["seed"]][0] for p in per_seed])) if per_seed and target is not None else None
+        t_mean = (first_time_reaching(mean_curve([runs[m, p["seed"]][0] for p in per_seed]), target)
+                  if per_seed and target is not None else None)
         speedups = [p["speedup_vs_grpo"] for p in per_seed if p["speedup_vs_grpo"] is not None]
         summary["methods"][m] = {
             "peak_accuracy": _mean([p["peak_accuracy"] for p in per_seed]),
