@@ -11,4 +11,57 @@ def nan_reward(completions, **_):
 
 
 def sometimes_none(completions, **_):
-    return [None if i % 2 else 1.0 for i in range(len(completions))]
+    """Not applicable (None) to questions, 1.0 otherwise."""
+    return [None if c.endswith("?") else 1.0 for c in completions]
+
+
+def sleepy(completions, **_):
+    """Hangs on completions that contain "hang"; 1.0 otherwise."""
+    import time
+
+    if any("hang" in c for c in completions):
+        time.sleep(60)
+    return [1.0] * len(completions)
+
+
+def stubborn(completions, **_):
+    """Ignores SIGTERM and SIGINT, then hangs on "hang" (as C-level work would)."""
+    import signal
+    import time
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if any("hang" in c for c in completions):
+        while True:
+            time.sleep(0.01)
+    return [1.0] * len(completions)
+
+
+def crashes(completions, **_):
+    """Kills its own process on "crash" (as a segfault would)."""
+    import os
+
+    if any("crash" in c for c in completions):
+        os._exit(1)
+    return [0.5] * len(completions)
+
+
+def raises(completions, **_):
+    raise ValueError("bad completion")
+
+
+def returns_strings(completions, **_):
+    return ["high"] * len(completions)
+
+
+def returns_scalar(completions, **_):
+    return 1.0
+
+
+async def async_length(completions, **_):
+    """An ``async def`` reward (TRL supports them): the length of the completion, slowly on "hang"."""
+    import asyncio
+
+    if any("hang" in c for c in completions):
+        await asyncio.sleep(60)
+    await asyncio.sleep(0.01)
+    return [float(len(c)) for c in completions]

@@ -12,7 +12,7 @@ from podsrl.errors import PodsError
 def write_run(folder, evals, step_rows=()):
     folder.mkdir(parents=True)
     lines = [{"step": i, "train_seconds": t, "eval_accuracy": a} for i, (t, a) in enumerate(evals)]
-    lines += [{"step": s, "train_seconds": t, "generation_s": g, "update_s": u, "update_peak_memory_mb": mb}
+    lines += [{"step": s, "train_seconds": t, "generation_s": g, "scoring_s": g / 10, "update_s": u, "update_peak_memory_mb": mb}
               for s, t, g, u, mb in step_rows]
     lines.sort(key=lambda r: (r["train_seconds"], "eval_accuracy" not in r))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
@@ -44,9 +44,11 @@ def test_summary_hand_computed(tmp_path):
     assert ga["time_to_grpo_peak_s"] == 50 and ga["speedup_vs_grpo"] == pytest.approx(0.2)
     assert pods["peak_accuracy"] == pytest.approx((0.7 + 0.45) / 2)
     assert grpo["per_seed"][0]["generation_s_per_step"] == 1.5 and grpo["per_seed"][0]["update_peak_memory_mb"] == 120
+    assert grpo["per_seed"][0]["scoring_s_per_step"] == pytest.approx(0.15) and grpo["scoring_s_per_step"] == pytest.approx(0.15)
     write_reports(tmp_path, s)
     table = (tmp_path / "summary.md").read_text()
     assert "| pods | 0.575" in table and "| grpo-ga |" in table and "0.20 (0.20–0.20)" in table
+    assert "| score s/step |" in table and "| 1.5 | 0.15 | 4.0 | 120 |" in table
     assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["grpo-ga"]["speedup_vs_grpo"] == pytest.approx(0.2)
 

@@ -128,6 +128,7 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
                 "speedup_vs_grpo": (grpo_time[s] / t) if t else None, "steps": steps[-1]["step"] if steps else 0,
                 "train_seconds": steps[-1]["train_seconds"] if steps else 0.0,
                 "generation_s_per_step": _mean([r["generation_s"] for r in steps]),
+                "scoring_s_per_step": _mean([r.get("scoring_s") for r in steps]),
                 "update_s_per_step": _mean([r["update_s"] for r in steps]),
                 "update_peak_memory_mb": _max([r.get("update_peak_memory_mb") for r in steps]),
             })
@@ -141,6 +142,7 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
             "speedup_vs_grpo": (grpo_t / t_mean) if t_mean and grpo_t else None,
             "seeds_reaching_grpo_peak": len(speedups),
             "generation_s_per_step": _mean([p["generation_s_per_step"] for p in per_seed]),
+            "scoring_s_per_step": _mean([p["scoring_s_per_step"] for p in per_seed]),
             "update_s_per_step": _mean([p["update_s_per_step"] for p in per_seed]),
             "update_peak_memory_mb": _mean([p["update_peak_memory_mb"] for p in per_seed]),
             "spread": {
@@ -165,8 +167,8 @@ def markdown_table(summary: dict) -> str:
     lines = [
         f"GRPO's peak on its seed-mean curve: {fmt(summary.get('grpo_peak_accuracy'), '.3f')}, "
         f"reached at {fmt(summary.get('grpo_time_to_peak_s'), '.0f')} s of training.\n",
-        "| method | peak acc (mean ± std) | final acc | time to GRPO peak (s) | speed-up vs GRPO (per-seed range) | seeds reaching their GRPO peak | gen s/step | update s/step | update peak MB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| method | peak acc (mean ± std) | final acc | time to GRPO peak (s) | speed-up vs GRPO (per-seed range) | seeds reaching their GRPO peak | gen s/step | score s/step | update s/step | update peak MB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in summary["methods"].items():
         sp = r["spread"]
@@ -174,7 +176,8 @@ def markdown_table(summary: dict) -> str:
         lines.append(
             f"| {m} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(sp['peak_accuracy_std'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
             f"{fmt(r['time_to_grpo_peak_s'], '.0f')} | {speed} | {r['seeds_reaching_grpo_peak']}/{len(r['per_seed'])} | "
-            f"{fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"
+            f"{fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['scoring_s_per_step'], '.2f')} | "
+            f"{fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"
         )
     return "\n".join(lines) + "\n"
 

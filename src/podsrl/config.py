@@ -84,6 +84,12 @@ class Config:
     rewards: list[str] = field(default_factory=lambda: ["accuracy"])
     """Reward names (podsrl.rewards.REWARDS) or ``module:function`` paths."""
     reward_weights: list[float] = field(default_factory=lambda: [1.0])
+    reward_workers: int | None = None
+    """Worker processes that score rollouts (math-verify, users' functions); default: the CPU
+    cores this process may use; 0: score in the training process, without a time bound."""
+    reward_timeout_s: float = 1.0
+    """Wall-time bound on one completion's scoring by one reward function; past it the
+    completion scores 0 and counts in the ``reward_timeouts`` metric."""
     scale_rewards: Literal["group", "none"] = "group"
     """group: divide advantages by the group's std (GRPO); none: only centre (Dr. GRPO)."""
     loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo"
@@ -157,6 +163,8 @@ def validate(c: Config) -> None:
     need(1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
     need(c.rule in RULES, f"unknown rule {c.rule!r}; known: {', '.join(sorted(RULES))}")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
+    need(c.reward_workers is None or c.reward_workers >= 0, "reward_workers must be >= 0")
+    need(c.reward_timeout_s > 0, "reward_timeout_s must be > 0")
     need(c.lr > 0 and c.rollout.max_new_tokens >= 1, "lr and rollout.max_new_tokens must be positive")
     need(c.rollout.temperature > 0, "rollout.temperature must be > 0 (RL needs sampled rollouts)")
     need(c.micro_batch_size is None or c.micro_batch_size >= 1, "micro_batch_size must be >= 1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from podsrl.rewards import answer_matches
+from podsrl.rewards import accuracy_reward
 from podsrl.tasks import Problem
 
 
@@ -33,7 +33,7 @@ def evaluate(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             texts = engine.generate(prompts, 1, temperature, max_new_tokens).texts
-        correct = sum(answer_matches(t, p.answer) for t, p in zip(texts, mine))
+        correct = sum(accuracy_reward(texts, [p.answer for p in mine]))
     counts = torch.tensor([correct, len(mine)], dtype=torch.float64)
     if accelerator is not None and world > 1:
         counts = accelerator.reduce(counts.to(accelerator.device), reduction="sum").cpu()

@@ -46,10 +46,11 @@ from podsrl.errors import PodsError
 from podsrl.evaluate import chat_prompt, evaluate
 from podsrl.loss import policy_loss
 from podsrl.memory import PeakMemory
-from podsrl.rewards import load_reward, score
+from podsrl.rewards import load_reward
+from podsrl.rewards.scorer import Scorer
 from podsrl.rollout import Rollouts, make_engine
 from podsrl.rollout.hf import position_ids
-from podsrl.tasks import Problem, Task, task_from_config
+from podsrl.tasks import Task, task_from_config
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class Setup:
     optimizer: torch.optim.Optimizer
     task: Task
     system_prompt: str | None
-    reward_fns: dict
+    scorer: Scorer
     ref_model: torch.nn.Module | None = None
     output_dir: Path | None = None
     created_output_dir: bool = False
@@ -109,6 +110,7 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
     task = task_from_config(c.task, c.seed)
     reward_fns = {name: load_reward(name) for name in c.rewards}
+    scorer = Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s)
 
     resume_from = None
     if c.resume:
@@ -139,7 +141,7 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         ref_model = ref_model.to(accelerator.device)
 
     s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
-              reward_fns, ref_model, output_dir)
+              scorer, ref_model, output_dir)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     if resume_from is not None:
         state = read_state(resume_from)
@@ -149,19 +151,6 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
 
 
 # --------------------------------------------------------------------------- one step
-
-
-def score_rollouts(s: Setup, c: Config, problems: list[Problem], prompts: list[str], rollouts: Rollouts):
-    """Rewards ``[P, n]`` and each reward function's mean."""
-    n = c.n
-    columns = dict(
-        prompts=[p for p in prompts for _ in range(n)],
-        answer=[p.answer for p in problems for _ in range(n)],
-        question=[p.question for p in problems for _ in range(n)],
-        completion_ids=[ids[mask.bool()].tolist() for ids, mask in zip(rollouts.completion_ids, rollouts.completion_mask)],
-    )
-    total, means = score(s.reward_fns, c.reward_weights, rollouts.texts, **columns)
-    return torch.tensor(total, dtype=torch.float32).view(len(problems), n), means
 
 
 def down_sample(c: Config, rewards: torch.Tensor, step: int) -> Selected:
@@ -275,6 +264,8 @@ def train(c: Config, accelerator: Accelerator | None = None) -> Path:
         if acc.is_main_process and s.created_output_dir and latest_checkpoint(s.output_dir) is None:
             shutil.rmtree(s.output_dir, ignore_errors=True)
         raise
+    finally:
+        s.scorer.close()  # the reward workers end with the run
 
 
 def _train(s: Setup, c: Config) -> Path:
@@ -323,11 +314,13 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
         mine = batch[rank * P_local : (rank + 1) * P_local]
         prompts = [chat_prompt(s.tokenizer, s.system_prompt, p.question) for p in mine]
         seeds = [step_seed(c.seed, step, rank * P_local + i) for i in range(P_local)]
-        # 2. n rollouts per prompt
-        rollouts = s.engine.generate(prompts, c.n, c.rollout.temperature, c.rollout.max_new_tokens, seeds=seeds)
+        # 2-3. n rollouts per prompt, scored group by group while later groups are generated
+        scores = s.scorer.start({"prompts": prompts, "answer": [p.answer for p in mine],
+                                 "question": [p.question for p in mine]}, c.n)
+        rollouts = s.engine.generate(prompts, c.n, c.rollout.temperature, c.rollout.max_new_tokens,
+                                     seeds=seeds, on_chunk=scores.add)
         t1 = time.perf_counter()
-        # 3. rewards [P, n]
-        rewards, reward_means = score_rollouts(s, c, mine, prompts, rollouts)
+        rewards, reward_means, timeouts, scoring_s = scores.result()  # [P, n]
         t2 = time.perf_counter()
         # 4-5. select m per prompt; advantages over the selected subset
         chosen = down_sample(c, rewards, step)
@@ -341,7 +334,8 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
         # 7. log, evaluate, checkpoint
         record = {
             "step": step, "train_seconds": s.train_seconds,
-            "generation_s": t1 - t0, "scoring_s": t2 - t1, "selection_s": t3 - t2, "update_s": t4 - t3,
+            "generation_s": t1 - t0 - scores.inline_s, "scoring_s": scoring_s, "selection_s": t3 - t2, "update_s": t4 - t3,
+            "reward_timeouts": int(_sum_over_ranks(acc, [float(timeouts)])[0]),
             **_reward_stats(acc, rewards, chosen.rewards),
             **{f"reward/{k}": v for k, v in _mean_over_ranks(acc, reward_means).items()},
             "completion_length": float(rollouts.completion_mask.sum(1).float().mean()),
@@ -358,7 +352,8 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
         if c.report_to:
             acc.log({k: v for k, v in record.items() if isinstance(v, (int, float)) and v is not None}, step=step)
         bar.update(1)
-        bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=f"{(last_eval or {}).get('eval_accuracy', float('nan')):.2f}")
+        bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=f"{(last_eval or {}).get('eval_accuracy', float('nan')):.2f}",
+                        gen=f"{record['generation_s']:.1f}s", score=f"{record['scoring_s']:.2f}s", update=f"{record['update_s']:.1f}s")
         if (c.save_every and step % c.save_every == 0) or step == c.steps:
             save_checkpoint(s, step)
 

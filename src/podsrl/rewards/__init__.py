@@ -4,90 +4,56 @@ Reward functions follow TRL's convention: ``fn(completions: list[str], **columns
 None]``, where ``columns`` are the example's fields repeated per completion (``answer=``,
 ``prompts=``, ...) and ``None`` means "not applicable to this sample". Built-ins are registered in
 :data:`REWARDS`; a user's own function is named by import path ``module:function``.
+
+The built-ins are fast and bounded when called directly (for example by ``trl.GRPOTrainer``):
+each declares how to score one completion (:class:`PerCompletion`), in-process where that is cheap
+and in the reward pool (:mod:`podsrl.rewards.pool`) where it is not. The trainer scores through
+:class:`podsrl.rewards.scorer.Scorer`, which does the same group by group while generation runs.
 """
 
 from __future__ import annotations
 
 import importlib
-import math
 import re
-from typing import Callable
-
-from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+from typing import Callable, NamedTuple
 
 from podsrl.errors import PodsError
+from podsrl.rewards.answers import _NUMBER, extract_answer, fast_match, verify_answer  # noqa: F401 (extract_answer: API)
+from podsrl.rewards.pool import TIMED_OUT, bounded_map
 
 RewardFn = Callable[..., list]
 REWARDS: dict[str, RewardFn] = {}
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is)?\s*[:=]?\s*(.+)", re.IGNORECASE)
-_EXTRACTION = [LatexExtractionConfig(), ExprExtractionConfig()]
+
+class PerCompletion(NamedTuple):
+    """How a built-in reward scores one completion: ``fast(completion, *columns)`` in-process,
+    returning None where it cannot decide cheaply; then ``slow(completion, *columns)`` (a module-
+    level function) in a worker of the reward pool, under its time bound (0 past it)."""
+
+    fast: Callable[..., float | None]
+    slow: Callable[..., float] | None = None
+    columns: tuple[str, ...] = ()
 
 
-def _last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (nested braces allowed)."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len("\\boxed")
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i + 1 : j]
-    return None
+def per_completion(spec: PerCompletion) -> Callable[[RewardFn], RewardFn]:
+    """Attach ``spec`` to a reward function (the scorer reads it as ``fn.per_completion``)."""
+
+    def attach(fn: RewardFn) -> RewardFn:
+        fn.per_completion = spec
+        return fn
+
+    return attach
 
 
-def _last_number(text: str) -> str | None:
-    numbers = _NUMBER.findall(text)
-    return numbers[-1].replace(",", "") if numbers else None
-
-
-def extract_answer(text: str) -> str | None:
-    """The final answer of a completion, by the first marker found in this order:
-    ``\\boxed{}``, ``<answer>...</answer>``, GSM8K's ``#### N``, an ``Answer:`` line, else the last
-    number. Returns ``None`` when the completion holds no answer at all."""
-    if (boxed := _last_boxed(text)) is not None:
-        return boxed.strip()
-    if tags := _ANSWER_TAG.findall(text):
-        inner = tags[-1].strip()
-        return _last_boxed(inner) or inner
-    if "####" in text:
-        return text.rsplit("####", 1)[1].strip().split("\n")[0].replace(",", "").strip()
-    if lines := _ANSWER_LINE.findall(text):
-        line = lines[-1].strip().rstrip(".")
-        return _last_boxed(line) or (line.strip("$ ") if not _NUMBER.fullmatch(line) else line.replace(",", ""))
-    return _last_number(text)
-
-
-def _plain(s: str) -> str:
-    return s.replace(" ", "").replace(",", "").strip("$.")
-
-
-def _same(a: str, b: str) -> bool:
-    """Mathematical equivalence by math-verify, with a cheap exact check first."""
-    if _plain(a) == _plain(b):
-        return True
-    gold, pred = parse(f"${a}$", _EXTRACTION), parse(f"${b}$", _EXTRACTION)
-    if not pred:  # an answer line such as "Answer: 42 apples": fall back to its last number
-        number = _last_number(b)
-        pred = parse(f"${number}$", _EXTRACTION) if number else []
-    return bool(gold and pred and verify(gold, pred))
-
-
-def answer_matches(completion: str, gold: str) -> bool:
-    """Whether the final answer of ``completion`` equals ``gold`` mathematically."""
-    answer = extract_answer(completion)
-    if answer is None:
-        return False
-    gold = extract_answer(gold) if "####" in gold or "\\boxed" in gold else gold
-    if gold is None:
-        return False
-    if _same(gold, answer):
-        return True
-    number = _last_number(answer)  # "Answer: 42 apples"
-    return number is not None and number != answer and _same(gold, number)
+def score_per_completion(spec: PerCompletion, completions: list[str], **columns) -> list[float]:
+    """``spec`` over a batch: the fast part here, the undecided rest on the pool."""
+    rows = [tuple(columns[k][i] for k in spec.columns) for i in range(len(completions))]
+    values = [spec.fast(c, *row) for c, row in zip(completions, rows)]
+    pending = [i for i, v in enumerate(values) if v is None]
+    slow = bounded_map(spec.slow, [(completions[i], *rows[i]) for i in pending])
+    for i, v in zip(pending, slow):
+        values[i] = 0.0 if v is TIMED_OUT else v
+    return values
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
@@ -98,25 +64,44 @@ def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
     return add
 
 
+def _accuracy_fast(completion: str, gold: str) -> float | None:
+    decided = fast_match(completion, gold)
+    return None if decided is None else float(decided)
+
+
+def _accuracy_slow(completion: str, gold: str) -> float:
+    return float(verify_answer(completion, gold))
+
+
 @register_reward("accuracy")
+@per_completion(PerCompletion(_accuracy_fast, _accuracy_slow, ("answer",)))
 def accuracy_reward(completions: list[str], answer: list[str], **_) -> list[float]:
-    """1.0 when the completion's final answer equals the gold ``answer``, else 0.0."""
-    return [float(answer_matches(c, a)) for c, a in zip(completions, answer)]
+    """1.0 when the completion's final answer equals the gold ``answer``, else 0.0. Plain numbers
+    are compared here; anything else goes to math-verify in the reward pool, where a completion
+    that takes longer than the pool's bound (``reward_timeout_s``) scores 0."""
+    return score_per_completion(accuracy_reward.per_completion, completions, answer=answer)
+
+
+def answer_matches(completion: str, gold: str) -> bool:
+    """Whether the final answer of ``completion`` equals ``gold`` mathematically (bounded)."""
+    return accuracy_reward([completion], [gold])[0] == 1.0
 
 
 _THINK_ANSWER = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
 
 
 @register_reward("format")
+@per_completion(PerCompletion(lambda c: float(bool(_THINK_ANSWER.match(c)))))
 def format_reward(completions: list[str], **_) -> list[float]:
     """1.0 for ``<think>...</think><answer>...</answer>`` (the paper's format), else 0.0."""
-    return [float(bool(_THINK_ANSWER.match(c))) for c in completions]
+    return score_per_completion(format_reward.per_completion, completions)
 
 
 @register_reward("number_only")
+@per_completion(PerCompletion(lambda c: float(bool(_NUMBER.fullmatch(c.strip().rstrip("."))))))
 def number_only_reward(completions: list[str], **_) -> list[float]:
     """1.0 when the completion is a single number and nothing else, else 0.0."""
-    return [float(bool(_NUMBER.fullmatch(c.strip().rstrip(".")))) for c in completions]
+    return score_per_completion(number_only_reward.per_completion, completions)
 
 
 def load_reward(name: str) -> RewardFn:
@@ -133,25 +118,3 @@ def load_reward(name: str) -> RewardFn:
     if not callable(fn):
         raise PodsError(f"reward {name!r} is not callable")
     return fn
-
-
-def score(
-    fns: dict[str, RewardFn], weights: list[float], completions: list[str], **columns
-) -> tuple[list[float], dict[str, float]]:
-    """Weighted sum of every reward function per completion, and each function's mean.
-
-    ``None`` (not applicable) counts as 0 in the sum, as in TRL; a NaN or inf value, or a list of
-    the wrong length, is an error naming the function.
-    """
-    total = [0.0] * len(completions)
-    means: dict[str, float] = {}
-    for (name, fn), w in zip(fns.items(), weights):
-        values = fn(completions=completions, **columns)
-        if len(values) != len(completions):
-            raise PodsError(f"reward {name!r} returned {len(values)} values for {len(completions)} completions")
-        applicable = [float(v) for v in values if v is not None]
-        if any(not math.isfinite(v) for v in applicable):
-            raise PodsError(f"reward {name!r} returned NaN or inf")
-        means[name] = sum(applicable) / max(len(applicable), 1)
-        total = [t + w * (0.0 if v is None else float(v)) for t, v in zip(total, values)]
-    return total, means

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 from torch import Tensor
 
@@ -17,9 +17,17 @@ class Rollouts(NamedTuple):
     texts: list[str]  # [N] decoded completions, special tokens removed
 
 
+OnChunk = Callable[[int, list[str], list[list[int]]], None]
+"""Called with each batch of finished groups as soon as it exists: the index of its first prompt,
+its completions' texts and token ids (``n`` per prompt, in order), so scoring can start while the
+rest is generated."""
+
+
 class RolloutEngine(Protocol):
-    def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int) -> Rollouts:
-        """Sample ``n`` completions of each (already templated) prompt; ``temperature`` 0 is greedy."""
+    def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
+                 seeds: list[int] | None = None, on_chunk: OnChunk | None = None) -> Rollouts:
+        """Sample ``n`` completions of each (already templated) prompt; ``temperature`` 0 is greedy.
+        ``seeds`` (one per prompt) make each prompt's rollouts repeatable."""
         ...
 
     def sync_weights(self) -> None:

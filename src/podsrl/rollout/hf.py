@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from podsrl.rollout import Rollouts
+from podsrl.rollout import OnChunk, Rollouts
 
 
 def mask_after_eos(completion_ids: torch.Tensor, eos_ids: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,11 +65,13 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(
-        self, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seeds: list[int] | None = None
+        self, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seeds: list[int] | None = None,
+        on_chunk: OnChunk | None = None,
     ) -> Rollouts:
         """``seeds`` (one per prompt) makes each prompt's n rollouts depend on its seed alone (up
         to floating-point noise), not on which other prompts share the batch or the process, nor
-        on the global RNG. A call generates for ``batch_size // n`` prompts (at least one)."""
+        on the global RNG. A call generates for ``batch_size // n`` prompts (at least one), then
+        hands them to ``on_chunk``."""
         pad = self.tokenizer.pad_token_id
         device = next(self.model.parameters()).device
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -79,18 +81,21 @@ class HFEngine:
         self.model.eval()
         row_seeds = [seed * 1_000_003 + j for seed in seeds for j in range(n)] if seeds is not None else None
         per_call = max(1, self.batch_size // n)  # prompts per generate call
-        chunks = []  # (completion ids, mask) of each generate call
+        chunks, texts = [], []  # (completion ids, mask) of each generate call; decoded completions
         for first in range(0, len(prompts), per_call):
             rows = slice(first * n, (first + per_call) * n)
             chunk_seeds = row_seeds[rows] if row_seeds is not None else None
             cache = self._shared_prompt_cache(enc["input_ids"][first : first + per_call].to(device),
                                               enc["attention_mask"][first : first + per_call].to(device), n)
-            chunks.append(self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, chunk_seeds, cache))
+            ids, mask = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, chunk_seeds, cache)
+            chunks.append((ids, mask))
+            texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+            if on_chunk is not None:
+                on_chunk(first, texts[rows], [row[m.bool()].tolist() for row, m in zip(ids.cpu(), mask.cpu())])
         self.model.train(was_training)
         width = max(ids.shape[1] for ids, _ in chunks)
         completion_ids = torch.cat([F.pad(ids, (0, width - ids.shape[1]), value=pad) for ids, _ in chunks])  # [N, C]
         completion_mask = torch.cat([F.pad(mask, (0, width - mask.shape[1]), value=0) for _, mask in chunks])
-        texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, texts)
 
     def _shared_prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int):

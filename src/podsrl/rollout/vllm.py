@@ -92,7 +92,7 @@ class VLLMEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
-                 seeds: list[int] | None = None) -> Rollouts:
+                 seeds: list[int] | None = None, on_chunk=None) -> Rollouts:
         from vllm import SamplingParams
 
         if self.stale:
@@ -119,7 +119,10 @@ class VLLMEngine:
         lengths = torch.tensor([len(c) for c in completions], device=device)
         ids, mask = mask_after_eos(ids, eos_token_ids(self.model, self.tokenizer), pad)
         mask = mask * (torch.arange(width, device=device) < lengths.unsqueeze(1))
+        texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        if on_chunk is not None:  # vLLM returns every group at once
+            on_chunk(0, texts, [row[m.bool()].tolist() for row, m in zip(ids, mask)])
         return Rollouts(
             enc["input_ids"].repeat_interleave(n, 0).to(device), enc["attention_mask"].repeat_interleave(n, 0).to(device),
-            ids, mask.long(), self.tokenizer.batch_decode(ids, skip_special_tokens=True),
+            ids, mask.long(), texts,
         )

@@ -1,0 +1,190 @@
+"""Final answers: extraction from a completion, and equivalence with the gold answer.
+
+Equivalence has two paths. The fast path decides in microseconds when both sides are plain
+numbers (``42``, ``-3.5``, ``1,234``, ``3/4``, ``\\frac{3}{4}``, ``$12``, ``45%``, ``12 apples``),
+with exact rational arithmetic and math-verify's own rules for the cases where it is lenient:
+a side written as a decimal is compared rounded to 6 decimal places (so ``0.333333`` equals
+``1/3``), and a percentage equals both its number and its number over 100. Everything else
+(LaTeX, expressions, intervals, ...) goes to math-verify (:func:`verify_answer`), which the reward
+pool runs in a worker process under a hard time bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from fractions import Fraction
+from functools import lru_cache
+from typing import NamedTuple
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is)?\s*[:=]?\s*(.+)", re.IGNORECASE)
+_PLAIN = re.compile(
+    r"""\s*(?P<sign>[-+\u2212])?\s*(?:\\?\$\s*)?(?P<sign2>[-+\u2212])?\s*
+    (?:
+        (?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<dec>\d*))?      # 1,234.5  1234  5.
+      | \.(?P<dec_only>\d+)                                    # .5
+      | (?P<num>\d+)\s*/\s*(?P<den>\d+)                        # 3/4
+      | \\[dt]?frac\{\s*(?P<lnum>\d+)\s*\}\{\s*(?P<lden>\d+)\s*\}   # \frac{3}{4}
+    )
+    \s*(?P<pct>\\?%)?
+    (?:\s*[A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*)?                   # unit words (not a variable)
+    \s*\.?\s*""",
+    re.VERBOSE,
+)
+_WORDS = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # a word that is not a LaTeX command
+MAX_PLAIN_LENGTH = 64  # longer strings are never plain numbers: math-verify decides
+_SIGNIFICANT_FLOAT_DIGITS = 15  # math-verify reads decimals as floats of this precision
+
+
+class Number(NamedTuple):
+    """A plain number as written: its exact value and how it was written."""
+
+    value: Fraction
+    decimal: bool  # written with a decimal point (math-verify compares these rounded)
+    percent: bool
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (nested braces allowed)."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 0, start + len("\\boxed")
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1 : j]
+    return None
+
+
+def last_number(text: str) -> str | None:
+    numbers = _NUMBER.findall(text)
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer of a completion, by the first marker found in this order:
+    ``\\boxed{}``, ``<answer>...</answer>``, GSM8K's ``#### N``, an ``Answer:`` line, else the last
+    number. Returns ``None`` when the completion holds no answer at all."""
+    if (boxed := _last_boxed(text)) is not None:
+        return boxed.strip()
+    if tags := _ANSWER_TAG.findall(text):
+        inner = tags[-1].strip()
+        return _last_boxed(inner) or inner
+    if "####" in text:
+        return text.rsplit("####", 1)[1].strip().split("\n")[0].replace(",", "").strip()
+    if lines := _ANSWER_LINE.findall(text):
+        line = lines[-1].strip().rstrip(".")
+        return _last_boxed(line) or (line.strip("$ ") if not _NUMBER.fullmatch(line) else line.replace(",", ""))
+    return last_number(text)
+
+
+@lru_cache(maxsize=4096)
+def as_number(text: str) -> Number | None:
+    """``text`` as a plain number, or None when it is anything else (or too long to be one)."""
+    if len(text) > MAX_PLAIN_LENGTH or not (m := _PLAIN.fullmatch(text)):
+        return None
+    g = m.groupdict()
+    if g["num"] or g["lnum"]:
+        num, den = int(g["num"] or g["lnum"]), int(g["den"] or g["lden"])
+        if den == 0:
+            return None
+        value, decimal = Fraction(num, den), False
+    else:
+        digits = (g["int"] or "0").replace(",", "")
+        fraction = g["dec"] if g["int"] else g["dec_only"]
+        decimal = bool(fraction)
+        if decimal and len((digits + fraction).lstrip("0")) > _SIGNIFICANT_FLOAT_DIGITS:
+            return None  # math-verify's float would round it: leave the verdict to math-verify
+        value = Fraction(int(digits + (fraction or "")), 10 ** len(fraction or ""))
+    negative = (g["sign"] in ("-", "\u2212")) != (g["sign2"] in ("-", "\u2212"))
+    if g["pct"] and (negative or not g["int"] or "," in g["int"]):
+        return None  # -5%, 3/4%, 1,234%: math-verify reads these its own way; let it decide
+    return Number(-value if negative else value, decimal, bool(g["pct"]))
+
+
+def numbers_equal(gold: Number, pred: Number) -> bool:
+    """Equality of two plain numbers as math-verify decides it, computed exactly: the values
+    (a percentage divided by 100) are equal; or both are integers, a percentage sign aside
+    (``9% = 9``); or a side is a decimal, neither is a bare integer, and they agree to 6 places."""
+    a = gold.value / 100 if gold.percent else gold.value
+    b = pred.value / 100 if pred.percent else pred.value
+    if a == b:
+        return True
+    integer = lambda x: not x.decimal and x.value.denominator == 1
+    if integer(gold) and integer(pred):
+        return gold.value == pred.value
+    bare_integer = lambda x: integer(x) and not x.percent
+    if (gold.decimal or pred.decimal) and not (bare_integer(gold) or bare_integer(pred)):
+        return round(a, 6) == round(b, 6)
+    return False
+
+
+def gold_answer(gold: str) -> str | None:
+    """The gold answer as compared: a GSM8K ``#### N`` or ``\\boxed{}`` gold is extracted first."""
+    return extract_answer(gold) if "####" in gold or "\\boxed" in gold else gold
+
+
+def fast_match(completion: str, gold: str) -> bool | None:
+    """True/False when decided without math-verify; None when math-verify must decide."""
+    answer = extract_answer(completion)
+    gold = gold_answer(gold)
+    if answer is None or gold is None:
+        return False
+    if answer.strip() == gold.strip():
+        return True
+    g, p = as_number(gold), as_number(answer)
+    if g is None or p is None:
+        return None
+    # math-verify also compares the answer's last number, which drops a percentage sign
+    return numbers_equal(g, p) or (p.percent and numbers_equal(g, p._replace(percent=False)))
+
+
+# --------------------------------------------------------------------------- math-verify
+
+
+@lru_cache(maxsize=1)
+def _extraction():
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled": the pool bounds it
+    return [LatexExtractionConfig(), ExprExtractionConfig()]
+
+
+@lru_cache(maxsize=1024)
+def _parse(expression: str) -> list:
+    """math-verify's parse of one expression (the gold is parsed once per process, not per
+    completion). Its own SIGALRM timeout is off: the reward pool bounds the whole call."""
+    from math_verify import parse
+
+    return parse(f"${expression}$", _extraction(), parsing_timeout=None)
+
+
+def _verified(gold: str, answer: str) -> bool:
+    from math_verify import verify
+
+    plain = lambda s: s.replace(" ", "").replace(",", "").strip("$.")
+    if plain(gold) == plain(answer):
+        return True
+    g, p = _parse(gold), _parse(answer)
+    if not p and (number := last_number(answer)) is not None:  # "Answer: 42 apples"
+        p = _parse(number)
+    return bool(g and p and verify(g, p, timeout_seconds=None))
+
+
+def verify_answer(completion: str, gold: str) -> bool:
+    """Whether the final answer of ``completion`` equals ``gold``, by math-verify (slow; unbounded:
+    call it through the reward pool). An answer with words or a percentage sign ("42 apples",
+    "60.0%") is also compared by its last number."""
+    answer = extract_answer(completion)
+    gold = gold_answer(gold)
+    if answer is None or gold is None:
+        return False
+    if _verified(gold, answer):
+        return True
+    if not (_WORDS.search(answer) or "%" in answer):
+        return False
+    number = last_number(answer)
+    return number is not None and _verified(gold, number)

@@ -1,0 +1,204 @@
+"""Scoring a step's rollouts while they are generated: the ``[P, n]`` reward matrix.
+
+A :class:`Scorer` holds the reward functions of a run. Each step, :meth:`Scorer.start` opens a
+:class:`StepScores`; the rollout engine hands it each batch of finished groups (``add``), which
+decides what it can in-process at once (the built-ins' fast paths) and sends the rest to the
+reward pool, so that math-verify and users' functions run in worker processes while later
+batches are still being generated. ``result`` then waits for what is left.
+
+Every completion's evaluation by a reward function is bounded by ``timeout`` seconds of wall time;
+past it (or if its worker dies) it scores 0 and counts in ``timeouts``. A users' function is
+called once per completion there (its lists hold one element); an ``async def`` function is
+called once per completion too, all of a group's calls awaited concurrently. With ``workers=0``
+everything runs in the training process instead, unbounded, each function called once per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import time
+from typing import NamedTuple
+
+import torch
+
+from podsrl.errors import PodsError
+from podsrl.rewards import RewardFn
+from podsrl.rewards import pool as reward_pool
+
+
+class StepResult(NamedTuple):
+    rewards: torch.Tensor  # [P, n] weighted sum of every reward function
+    means: dict[str, float]  # each function's mean over the completions it applies to
+    timeouts: int  # evaluations that ran past the bound (or whose worker died): scored 0
+    seconds: float  # scoring time not hidden behind generation
+
+
+class Scorer:
+    def __init__(self, fns: dict[str, RewardFn], weights: list[float], workers: int | None = None,
+                 timeout: float = reward_pool.DEFAULT_TIMEOUT_S):
+        self.fns, self.weights = fns, weights
+        self.in_process = workers == 0
+        if not self.in_process:
+            reward_pool.configure(workers, timeout)
+
+    def start(self, columns: dict[str, list], n: int) -> StepScores:
+        """``columns``: one value per prompt (``prompts``, ``answer``, ...), repeated n times."""
+        return StepScores(self, columns, n)
+
+    def close(self) -> None:
+        if not self.in_process:
+            reward_pool.shutdown()
+
+
+class StepScores:
+    """The scores of one step's ``P * n`` completions, filled in as groups are generated."""
+
+    def __init__(self, scorer: Scorer, columns: dict[str, list], n: int):
+        self.scorer, self.columns, self.n = scorer, columns, n
+        rows = len(next(iter(columns.values()))) * n
+        self.values = {name: [None] * rows for name in scorer.fns}  # final values
+        self.pending: list[tuple[str, list[int], str, object]] = []  # (function, rows, kind, future)
+        self.timeouts = 0
+        self.inline_s = 0.0
+
+    def row_columns(self, row: int, completion_ids: list[int]) -> dict:
+        return {**{k: v[row // self.n] for k, v in self.columns.items()}, "completion_ids": completion_ids}
+
+    def add(self, first_prompt: int, texts: list[str], completion_ids: list[list[int]]) -> None:
+        """Score the completions of prompts ``first_prompt ...`` (``n`` each, in order)."""
+        if not texts:
+            return
+        start = time.perf_counter()
+        first = first_prompt * self.n
+        rows = list(range(first, first + len(texts)))
+        columns = [self.row_columns(r, ids) for r, ids in zip(rows, completion_ids)]
+        for name, fn in self.scorer.fns.items():
+            if self.scorer.in_process:
+                self._in_process(name, fn, rows, texts, columns)
+            elif (spec := getattr(fn, "per_completion", None)) is not None:
+                for r, text, cols in zip(rows, texts, columns):
+                    value = spec.fast(text, *(cols[k] for k in spec.columns))
+                    if value is None:
+                        self._submit(name, [r], "value", spec.slow, text, *(cols[k] for k in spec.columns))
+                    else:
+                        self.values[name][r] = value
+            elif inspect.iscoroutinefunction(fn):
+                bound = reward_pool.get_pool().timeout
+                for g in range(0, len(texts), self.n):  # one task per group, its calls concurrent
+                    group = slice(g, g + self.n)
+                    self._submit(name, rows[group], "group", _call_async, fn, texts[group], columns[group], bound,
+                                 timeout=2 * bound + 1)
+            else:
+                for r, text, cols in zip(rows, texts, columns):
+                    self._submit(name, [r], "call", _call_one, fn, text, cols)
+        self.inline_s += time.perf_counter() - start
+
+    def _submit(self, name: str, rows: list[int], kind: str, fn, *args, timeout: float | None = None) -> None:
+        """Schedule ``fn(*args)`` for ``rows``. It returns, by ``kind``: ``value``, the one row's
+        value; ``call``, what the user's function returned for the one row (a list of one, to be
+        checked); ``group``, a list of those, one per row."""
+        self.pending.append((name, rows, kind, reward_pool.get_pool().submit(fn, *args, timeout=timeout)))
+
+    def _in_process(self, name: str, fn: RewardFn, rows: list[int], texts: list[str], columns: list[dict]) -> None:
+        batch = {k: [c[k] for c in columns] for k in columns[0]}
+        values = _checked(name, _call(name, fn, texts, batch), len(texts))
+        for r, v in zip(rows, values):
+            self.values[name][r] = v
+
+    def result(self) -> StepResult:
+        """Wait for what is still being scored; the weighted ``[P, n]`` rewards."""
+        start = time.perf_counter()
+        pool = reward_pool.get_pool() if self.pending else None
+        for name, rows, kind, future in self.pending:
+            try:
+                outcome = pool.outcome(future, wait_s=reward_pool.safety_wait(pool, len(self.pending)))
+            except Exception as e:  # noqa: BLE001 (the user's function raised: name it)
+                self._cancel()
+                raise PodsError(f"reward {name!r} raised {type(e).__name__}: {_first_line(e)}") from None
+            if outcome is reward_pool.TIMED_OUT:
+                outcome = [_TIMED_OUT_MARK] * len(rows)
+            elif kind != "group":
+                outcome = [outcome]
+            for r, v in zip(rows, outcome):
+                if isinstance(v, str) and v == _TIMED_OUT_MARK:
+                    self.timeouts += 1
+                    v = 0.0
+                elif kind != "value":
+                    v = _checked(name, v, 1)[0]
+                self.values[name][r] = v
+        self.pending = []
+        total = [0.0] * len(next(iter(self.values.values())))
+        means = {}
+        for (name, values), w in zip(self.values.items(), self.scorer.weights):
+            values = _checked(name, values, len(total))
+            applicable = [v for v in values if v is not None]
+            means[name] = sum(applicable) / max(len(applicable), 1)
+            total = [t + w * (v or 0.0) for t, v in zip(total, values)]
+        rewards = torch.tensor(total, dtype=torch.float32).view(-1, self.n)
+        return StepResult(rewards, means, self.timeouts, self.inline_s + time.perf_counter() - start)
+
+    def _cancel(self) -> None:
+        for *_, future in self.pending:
+            future.cancel()
+        self.pending = []
+
+
+_TIMED_OUT_MARK = "timed out"  # a timed-out evaluation inside a group's result (it travels pickled)
+
+
+def _call(name: str, fn: RewardFn, completions: list[str], columns: dict):
+    try:
+        values = fn(completions=completions, **columns)
+        return asyncio.run(values) if inspect.isawaitable(values) else values
+    except PodsError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise PodsError(f"reward {name!r} raised {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _call_one(fn: RewardFn, completion: str, columns: dict):
+    """In a worker: ``fn`` on one completion (TRL's convention, lists of one); its return value."""
+    return fn(completions=[completion], **{k: [v] for k, v in columns.items()})
+
+
+def _call_async(fn: RewardFn, completions: list[str], columns: list[dict], timeout: float) -> list:
+    """In a worker: an ``async def`` reward on each completion of a group, concurrently, each
+    call bounded by ``timeout`` (a call that overruns gives the timed-out mark)."""
+
+    async def one(completion: str, cols: dict):
+        try:
+            return await asyncio.wait_for(fn(completions=[completion], **{k: [v] for k, v in cols.items()}), timeout)
+        except asyncio.TimeoutError:
+            return _TIMED_OUT_MARK
+
+    async def group():
+        return await asyncio.gather(*(one(c, cols) for c, cols in zip(completions, columns)))
+
+    return list(asyncio.run(group()))
+
+
+def _checked(name: str, values, expected: int) -> list[float | None]:
+    """The values of one reward function, checked: a list of ``expected`` numbers or None."""
+    if not isinstance(values, (list, tuple)):
+        raise PodsError(f"reward {name!r} must return a list, got {type(values).__name__}")
+    if len(values) != expected:
+        raise PodsError(f"reward {name!r} returned {len(values)} values for {expected} completions")
+    out = []
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        if isinstance(v, str) or not hasattr(v, "__float__"):
+            raise PodsError(f"reward {name!r} returned a non-numeric value {v!r}")
+        v = float(v)
+        if not math.isfinite(v):
+            raise PodsError(f"reward {name!r} returned NaN or inf")
+        out.append(v)
+    return out
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]

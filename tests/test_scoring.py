@@ -1,0 +1,106 @@
+"""The scorer: the [P, n] reward matrix, weights, the time bound, crashes, errors, async rewards,
+and the worker pool ending with the run."""
+
+import multiprocessing
+
+import pytest
+import torch
+
+from podsrl.errors import PodsError
+from podsrl.rewards import REWARDS, load_reward
+from podsrl.rewards.scorer import Scorer
+
+
+def score(fns, weights, texts, n, workers=None, timeout=1.0, **columns):
+    """Score ``texts`` (prompt-major, n per prompt) in two chunks, as an engine would hand them."""
+    scorer = Scorer(fns, weights, workers, timeout)
+    P = len(texts) // n
+    step = scorer.start({"prompts": [f"p{i}" for i in range(P)], **columns}, n)
+    half = (P // 2) * n
+    step.add(0, texts[:half], [[1, 2]] * half)
+    step.add(P // 2, texts[half:], [[3]] * (len(texts) - half))
+    try:
+        return step.result()
+    finally:
+        scorer.close()
+
+
+@pytest.mark.parametrize("workers", [None, 0])
+def test_weights_none_and_means(workers):
+    fns = {"accuracy": REWARDS["accuracy"], "format": REWARDS["format"]}
+    texts = ["<think>a</think><answer>4</answer>", "5", "\\boxed{\\frac{\\sqrt{8}}{2}}", "x"]
+    result = score(fns, [1.0, 0.5], texts, n=2, workers=workers, answer=["4", "\\sqrt{2}"])
+    assert result.rewards.tolist() == [[1.5, 0.0], [1.0, 0.0]]
+    assert result.means == {"accuracy": 0.5, "format": 0.25} and result.timeouts == 0
+    none = {"n": load_reward("rewards_for_tests:sometimes_none")}
+    result = score(none, [2.0], ["a", "b?", "c", "d?"], n=2, workers=workers)
+    assert result.rewards.tolist() == [[2.0, 0.0], [2.0, 0.0]] and result.means == {"n": 1.0}  # None counts 0
+
+
+def test_user_reward_sees_trl_columns_per_completion():
+    fn = {"v": load_reward("rewards_for_tests:varied")}
+    result = score(fn, [1.0], ["a", "b", "c", "d"], n=2, answer=["1", "2"])
+    # varied = sum(completion_ids) % 5 / 4: ids [1, 2] for the first chunk, [3] for the second
+    assert result.rewards.tolist() == [[0.75, 0.75], [0.75, 0.75]]
+
+
+@pytest.mark.parametrize("name", ["sleepy", "stubborn", "crashes"])
+def test_a_hanging_or_crashing_completion_costs_only_itself(name):
+    """A completion that hangs (even ignoring SIGTERM) or kills its worker scores 0 and counts as
+    timed out; the others are scored, and the pool goes on with a replacement worker."""
+    fn = {name: load_reward(f"rewards_for_tests:{name}")}
+    bad = "crash" if name == "crashes" else "hang"
+    texts = ["ok", bad, "ok", "ok", "ok", bad, "ok", "ok"]
+    result = score(fn, [1.0], texts, n=4, timeout=0.5)
+    good = 0.5 if name == "crashes" else 1.0
+    assert result.rewards.flatten().tolist() == [good, 0.0, good, good, good, 0.0, good, good]
+    assert result.timeouts == 2
+
+
+@pytest.mark.parametrize("name,message", [
+    ("raises", "reward 'rewards_for_tests:raises' raised ValueError: bad completion"),
+    ("returns_strings", "returned a non-numeric value 'high'"),
+    ("returns_scalar", "must return a list, got float"),
+    ("nan_reward", "returned NaN or inf"),
+])
+@pytest.mark.parametrize("workers", [None, 0])
+def test_a_broken_user_reward_is_one_clear_error(name, message, workers):
+    fn = {f"rewards_for_tests:{name}": load_reward(f"rewards_for_tests:{name}")}
+    with pytest.raises(PodsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        score(fn, [1.0], ["a", "b"], n=2, workers=workers)
+
+
+@pytest.mark.parametrize("workers", [None, 0])
+def test_async_rewards(workers):
+    fn = {"len": load_reward("rewards_for_tests:async_length")}
+    result = score(fn, [1.0], ["a", "bb", "ccc", "dddd"], n=2, workers=workers)
+    assert result.rewards.tolist() == [[1.0, 2.0], [3.0, 4.0]] and result.timeouts == 0
+    if workers is None:  # bounded in the pool: a call that overruns scores 0
+        result = score(fn, [1.0], ["a", "hang", "ccc", "dddd"], n=2, timeout=0.3)
+        assert result.rewards.tolist() == [[1.0, 0.0], [3.0, 4.0]] and result.timeouts == 1
+
+
+def test_groups_are_sent_to_the_pool_as_they_arrive():
+    """``add`` schedules a chunk's work and returns; ``result`` collects it."""
+    scorer = Scorer({"v": load_reward("rewards_for_tests:varied")}, [1.0])
+    step = scorer.start({"prompts": ["p0", "p1"]}, 2)
+    step.add(0, ["a", "b"], [[1], [2]])
+    assert len(step.pending) == 2  # both completions of the first group are in the pool
+    step.add(1, ["c", "d"], [[3], [4]])
+    assert len(step.pending) == 4
+    assert step.result().rewards.tolist() == [[0.25, 0.5], [0.75, 1.0]]
+    scorer.close()
+    assert multiprocessing.active_children() == []  # the workers end with the scorer
+
+
+def test_training_scores_through_the_pool_and_ends_it(tiny_config):
+    from podsrl.trainer import train
+    import json
+
+    out = train(tiny_config("rewards=[rewards_for_tests:varied,accuracy]", "reward_weights=[1.0,1.0]"))
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["step"] > 0]
+    assert all(r["reward_timeouts"] == 0 and r["scoring_s"] >= 0 for r in steps)
+    assert all("reward/rewards_for_tests:varied" in r and "reward/accuracy" in r for r in steps)
+    assert multiprocessing.active_children() == []
+    assert torch.tensor([r["reward_std"] for r in steps]).gt(0).any()
