@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny randomly initialised Llama with SmolLM2's tokenizer, and paths."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,13 @@ from podsrl.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def subprocess_env() -> dict:
+    """The environment for ``python -m podsrl`` subprocesses: the tests' reward module and the
+    package's sources importable, installed or not."""
+    path = [str(REPO / "tests"), str(REPO / "src"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
 @pytest.fixture(scope="session")

@@ -1,20 +1,17 @@
 """The command line: bad input ends with one clear line on stderr, exit 2, nothing written."""
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, subprocess_env
 
 PODSRL = [sys.executable, "-m", "podsrl"]
 
 
 def run(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    return subprocess.run([*PODSRL, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+    return subprocess.run([*PODSRL, *args], capture_output=True, text=True, cwd=cwd, env=subprocess_env(), timeout=600)
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
 """HF rollout engine: EOS masking, seeded rows, shapes."""
 
+import pytest
 import torch
 
 from podsrl import models
-from podsrl.rollout.hf import HFEngine, RowSampler, mask_after_eos
+from podsrl.rollout.hf import HFEngine, mask_after_eos, row_seed_tensor, row_uniforms, sample_rows
 
 
 def test_mask_after_eos():
@@ -13,17 +14,27 @@ def test_mask_after_eos():
     assert out.tolist() == [[5, 6, 2, 0, 0], [5, 6, 7, 8, 9], [2, 0, 0, 0, 0]]
 
 
-def test_row_sampler_depends_only_on_its_seed_and_follows_the_distribution():
-    scores = torch.log(torch.tensor([[0.7, 0.2, 0.1]])).repeat(3, 1)
-    a = RowSampler([1, 2, 3], temperature=1.0, top_p=1.0)
-    b = RowSampler([9, 2], temperature=1.0, top_p=1.0)
-    pick = lambda s, sc: s(None, sc).argmax(-1)
-    assert pick(a, scores)[1] == pick(b, scores[:2])[1]  # row with seed 2 agrees
-    draws = torch.stack([pick(RowSampler([s], 1.0, 1.0), scores[:1])[0] for s in range(3000)])
-    freq = torch.bincount(draws, minlength=3).float() / 3000
-    assert torch.allclose(freq, torch.tensor([0.7, 0.2, 0.1]), atol=0.03)
-    nucleus = torch.stack([pick(RowSampler([s], 1.0, 0.75), scores[:1])[0] for s in range(500)])
-    assert set(nucleus.tolist()) <= {0, 1}  # top-p 0.75 keeps 0.7 + 0.2
+def test_row_draws_depend_only_on_seed_and_position_and_follow_the_distribution():
+    logits = torch.log(torch.tensor([[0.7, 0.2, 0.1]]))
+    seeds = row_seed_tensor([1, 2, 3, 2**70 + 5])
+    a = sample_rows(logits.repeat(4, 1), seeds, 5, temperature=1.0)
+    b = sample_rows(logits.repeat(2, 1), seeds[[3, 1]], 5, temperature=1.0)
+    assert a[3] == b[0] and a[1] == b[1]  # a row's draw does not depend on its batch
+    u = row_uniforms(torch.arange(5000), 3)
+    assert torch.equal(u, row_uniforms(torch.arange(5000), 3)) and not torch.equal(u, row_uniforms(torch.arange(5000), 4))
+    assert 0 < u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.005
+    # over seeds and over positions, the tokens follow the distribution
+    by_seed = sample_rows(logits.repeat(6000, 1), row_seed_tensor(range(6000)), 0, temperature=1.0)
+    by_position = torch.stack([sample_rows(logits, row_seed_tensor([7]), t, 1.0) for t in range(3000)]).flatten()
+    for draws in (by_seed, by_position):
+        freq = torch.bincount(draws, minlength=3).float() / len(draws)
+        assert torch.allclose(freq, torch.tensor([0.7, 0.2, 0.1]), atol=0.03)
+    nucleus = sample_rows(logits.repeat(500, 1), row_seed_tensor(range(500)), 0, temperature=1.0, top_p=0.75)
+    assert set(nucleus.tolist()) == {0, 1}  # top-p 0.75 keeps 0.7 + 0.2
+    hot = sample_rows(logits.repeat(6000, 1), row_seed_tensor(range(6000)), 0, temperature=2.0)
+    freq = torch.bincount(hot, minlength=3).float() / 6000
+    expected = torch.softmax(logits[0] / 2.0, -1)
+    assert torch.allclose(freq, expected, atol=0.03)
 
 
 def test_engine_shapes_and_seeded_groups(tiny_model_dir):
@@ -44,3 +55,39 @@ def test_shared_prompt_cache_gives_the_same_rollouts(tiny_model_dir):
     shared = HFEngine(model, tok, batch_size=8, share_prompt_cache=True).generate(prompts, 4, 1.0, 6, seeds=[1, 2, 3])
     plain = HFEngine(model, tok, batch_size=8, share_prompt_cache=False).generate(prompts, 4, 1.0, 6, seeds=[1, 2, 3])
     assert torch.equal(shared.completion_ids, plain.completion_ids) and shared.texts == plain.texts
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_loop_decoder_matches_generate(tiny_model_dir, share):
+    """Dropping finished rows changes no token: the same rollouts as transformers' generate."""
+    tok = models.load_tokenizer(tiny_model_dir)
+    model = models.load_model(tiny_model_dir)
+    prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
+    kw = dict(batch_size=8, share_prompt_cache=share)
+    loop = HFEngine(model, tok, decoder="loop", **kw).generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
+    gen = HFEngine(model, tok, decoder="generate", **kw).generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
+    assert torch.equal(loop.completion_ids, gen.completion_ids) and loop.texts == gen.texts
+    assert torch.equal(loop.completion_mask, gen.completion_mask)
+    greedy = [HFEngine(model, tok, decoder=d, **kw).generate(prompts, 1, 0.0, 8) for d in ("loop", "generate")]
+    assert torch.equal(greedy[0].completion_ids, greedy[1].completion_ids)
+
+
+def test_loop_decoder_stops_rows_at_their_end(tiny_model_dir):
+    """A row that has ended gets no more tokens, and later steps run only the rows still going."""
+    tok = models.load_tokenizer(tiny_model_dir)
+    model = models.load_model(tiny_model_dir)
+    engine = HFEngine(model, tok, batch_size=64)
+    eos = engine.eos_ids[0]
+    def likely_eos(module, args, logits):  # about one row in three ends at each step
+        logits[..., eos] += 10.0
+        return logits
+
+    model.lm_head.register_forward_hook(likely_eos)
+    batch_sizes = []
+    model.register_forward_pre_hook(lambda m, args, kwargs: batch_sizes.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    out = engine.generate(["1 + 1 =", "x"], 16, 1.0, 10, seeds=[1, 2])
+    lengths = out.completion_mask.sum(1)
+    assert lengths.min() < lengths.max()  # rows did end at different steps
+    decode_steps = batch_sizes[1:]  # after the prompts' prefill
+    assert decode_steps[0] == 32 and decode_steps == sorted(decode_steps, reverse=True) and decode_steps[-1] < 32
+    assert sum(decode_steps) == int(lengths.sum())  # one forward per generated token, no more

@@ -65,7 +65,7 @@ def test_only_selected_rollouts_reach_the_loss(tiny_config, monkeypatch):
             torch.stack([rewards[p, i], rewards[p, j]]).var(unbiased=False)
             for i in range(6) for j in range(i + 1, 6)))
     assert sum(n for _, n in seen) == 4
-    assert torch.allclose(torch.cat([a for a, _ in seen]), result.advantages.flatten())
+    assert torch.allclose(torch.cat([a for a, _ in seen]).cpu(), result.advantages.flatten())
 
 
 def test_pods_with_m_equal_n_matches_grpo(tiny_config, tmp_path):
@@ -111,3 +111,33 @@ def test_time_budget_stops_early(tiny_config):
     rows = read_metrics(out)
     assert max(r["step"] for r in rows) == 1 and "eval_accuracy" in rows[-1]
     assert (out / "checkpoints" / "step-000001").exists()
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+def test_zero_advantage_rollouts_skip_the_update_but_leave_the_gradient(tiny_config, monkeypatch, loss_type):
+    """Against the full computation: the same gradient, with fewer sequences through the model."""
+    from podsrl.evaluate import chat_prompt
+
+    c_full = tiny_config("n=4", "mode=grpo", f"loss_type={loss_type}", "skip_zero_advantage=false", "micro_batch_size=3")
+    s = trainer.setup(c_full)
+    problems = [p for _, p in zip(range(2), s.task.train(0))]
+    prompts = [chat_prompt(s.tokenizer, s.system_prompt, p.question) for p in problems]
+    rollouts = s.engine.generate(prompts, 4, 1.0, 6, seeds=[1, 2])
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.5]])  # group 0: no signal
+    chosen = trainer.down_sample(c_full, rewards, step=1)
+    assert (chosen.advantages[0] == 0).all() and (chosen.advantages[1] != 0).all()
+    start = {k: v.clone() for k, v in s.model.state_dict().items()}
+    params = [p for p in s.model.parameters() if p.requires_grad]
+    grads, forwarded = [], []
+    real_step, real_logprobs = s.optimizer.step, trainer.completion_logprobs
+    monkeypatch.setattr(s.optimizer, "step", lambda: grads.append([p.grad.clone() for p in params]) or real_step())
+    monkeypatch.setattr(trainer, "completion_logprobs", lambda m, p, *a: forwarded.append(len(p)) or real_logprobs(m, p, *a))
+    full = trainer.update(s, c_full, rollouts, chosen, step=1)
+    s.model.load_state_dict(start)
+    s.optimizer.state.clear()
+    skip = trainer.update(s, tiny_config("n=4", "mode=grpo", f"loss_type={loss_type}", "micro_batch_size=3"), rollouts, chosen, step=1)
+    assert forwarded[:3] == [3, 3, 2] and forwarded[3:] == [3, 1]  # 8 sequences, then only the 4 of group 1
+    assert full["skipped_zero_advantage"] == 0 and skip["skipped_zero_advantage"] == 4
+    assert full["loss"] == pytest.approx(skip["loss"], abs=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
+    assert any(g.abs().sum() > 0 for g in grads[1])

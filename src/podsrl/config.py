@@ -54,10 +54,13 @@ class RolloutConfig:
     temperature: float = 0.9
     top_p: float = 1.0
     max_new_tokens: int = 12
-    batch_size: int = 128
-    """Sequences per generate call (HF engine)."""
+    batch_size: int | None = None
+    """HF engine: sequences decoded together; default 1024 on a GPU, 128 on a CPU."""
     share_prompt_cache: bool = True
     """HF engine: prefill each prompt once and share its KV cache among its n rollouts."""
+    decoder: Literal["loop", "generate"] = "loop"
+    """HF engine: ``loop`` drops each row from the batch as soon as it ends; ``generate`` runs
+    transformers' generate (every row until the last one ends)."""
     gpu_memory_utilization: float = 0.3
     """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains)."""
     sleep: bool = False
@@ -100,6 +103,12 @@ class Config:
     """KL weight to the reference (base) policy; 0 disables it."""
     epsilon_low: float = 0.2
     epsilon_high: float = 0.2
+    skip_zero_advantage: bool = True
+    """With beta = 0, rollouts whose advantage is exactly 0 (all-equal groups) skip the forward and
+    backward: they add nothing to the gradient, and the loss's normalisers still count them."""
+    lean_logprobs: bool = True
+    """Per-token log-probs chunk by chunk from the hidden states, never the full [N, T, V] logits
+    (falls back to full logits under FSDP / DeepSpeed or for an unusual output layer)."""
     micro_batch_size: int | None = None
     """Sequences per forward/backward; default: every trained sequence at once (grpo, pods), or
     m x prompts (grpo-ga)."""

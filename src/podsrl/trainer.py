@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DistributedType
 from tqdm.auto import tqdm
 
 from podsrl import models
@@ -44,12 +44,12 @@ from podsrl.config import Config, to_dict, to_yaml, trained_per_prompt
 from podsrl.downsample import select
 from podsrl.errors import PodsError
 from podsrl.evaluate import chat_prompt, evaluate
+from podsrl.logprobs import completion_logprobs, lean_head
 from podsrl.loss import policy_loss
 from podsrl.memory import PeakMemory
 from podsrl.rewards import load_reward
 from podsrl.rewards.scorer import Scorer
 from podsrl.rollout import Rollouts, make_engine
-from podsrl.rollout.hf import position_ids
 from podsrl.tasks import Task, task_from_config
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class Setup:
     system_prompt: str | None
     scorer: Scorer
     ref_model: torch.nn.Module | None = None
+    head: torch.nn.Linear | None = None  # the output layer, where log-probs take the lean path
     output_dir: Path | None = None
     created_output_dir: bool = False
     start_step: int = 0
@@ -99,8 +100,10 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     """Validate everything the user gave (data, rewards, model) before writing anything."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
     if accelerator is None:
-        # several processes without a GPU (torchrun, accelerate launch): data parallel over gloo
-        cpu_ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+        # several processes and fewer GPUs than processes on this machine (torchrun, accelerate
+        # launch): the processes run on the CPU, data parallel over gloo
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+        cpu_ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1 and torch.cuda.device_count() < local
         accelerator = Accelerator(log_with=c.report_to or None, project_dir=output_dir, cpu=cpu_ranks)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
@@ -140,8 +143,10 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
 
+    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharded else None
     s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
-              scorer, ref_model, output_dir)
+              scorer, ref_model, head, output_dir)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     if resume_from is not None:
         state = read_state(resume_from)
@@ -166,19 +171,6 @@ def down_sample(c: Config, rewards: torch.Tensor, step: int) -> Selected:
     return Selected(rows, chosen, group_advantages(chosen, c.scale_rewards))
 
 
-def completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
-    """Log-probabilities ``[N, C]`` of the completion tokens under ``model``."""
-    keep_prompt = prompt_mask.any(0).nonzero()[0].item()  # drop all-padding columns on the left
-    prompt_ids, prompt_mask = prompt_ids[:, keep_prompt:], prompt_mask[:, keep_prompt:]
-    C = completion_ids.shape[1]
-    input_ids = torch.cat([prompt_ids, completion_ids], 1)  # [N, P + C]
-    attention = torch.cat([prompt_mask, completion_mask], 1)
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=position_ids(attention),
-                   logits_to_keep=C + 1, use_cache=False).logits[:, :-1]  # [N, C, V]
-    logp = torch.log_softmax(logits.float(), -1)
-    return logp.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)  # [N, C]
-
-
 def micro_batch_size(c: Config, prompts: int) -> int:
     """Sequences per forward/backward: as configured, else every trained rollout at once (grpo,
     pods), or m rollouts per prompt (grpo-ga, accumulating over n / m micro-batches)."""
@@ -188,27 +180,35 @@ def micro_batch_size(c: Config, prompts: int) -> int:
 
 
 def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int) -> dict:
-    """Step 6: one optimizer step over the chosen rollouts, in micro-batches."""
+    """Step 6: one optimizer step over the chosen rollouts, in micro-batches.
+
+    Without a KL term, a rollout whose advantage is exactly 0 adds nothing to the gradient, so it
+    skips the forward and backward (``skip_zero_advantage``); the normalisers still count it."""
     acc, model = s.accelerator, s.model
     rows = chosen.rows
     adv = chosen.advantages.flatten()  # [P * m]
     mask = rollouts.completion_mask[rows]
+    trained = torch.arange(len(rows))
+    if c.skip_zero_advantage and c.beta == 0:
+        trained = (adv != 0).nonzero().flatten()
+        if len(trained) == 0:  # keep one (its loss is 0): every rank then joins the gradient sync
+            trained = torch.arange(1)
     C = int(mask.sum(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-padding columns
     micro = micro_batch_size(c, prompts=len(rollouts.texts) // c.n)
     # normalisers of the whole optimizer batch, so micro-batch losses add up to its loss;
     # bnpo's token count is averaged over ranks, as the gradients are
     num_tokens = acc.reduce(mask.sum().float().to(acc.device), reduction="mean") if acc.num_processes > 1 else mask.sum()
-    totals = dict(loss=0.0, clip_fraction=0.0, kl=0.0, tokens=0.0)
+    totals = dict(loss=0.0, clip_fraction=0.0, kl=0.0, tokens=float(mask.sum()))  # skipped tokens: not clipped, KL 0
     torch.manual_seed(step_seed(c.seed, step, -2))  # dropout
     model.train()
     s.optimizer.zero_grad(set_to_none=True)
-    chunks = list(torch.split(torch.arange(len(rows)), micro))
+    chunks = list(torch.split(trained, micro))
     for i, part in enumerate(chunks):
         r = rows[part]
         ids, cmask = rollouts.completion_ids[r, :C], rollouts.completion_mask[r, :C]
         sync = i == len(chunks) - 1
         with nullcontext() if sync else acc.no_sync(model):
-            logp = completion_logprobs(model, rollouts.prompt_ids[r], rollouts.prompt_mask[r], ids, cmask)
+            logp = completion_logprobs(model, rollouts.prompt_ids[r], rollouts.prompt_mask[r], ids, cmask, s.head)
             ref = reference_logprobs(s, rollouts, r, C) if c.beta > 0 else None
             loss, stats = policy_loss(
                 logp, adv[part].to(logp.device), cmask, ref_logp=ref, beta=c.beta,
@@ -220,16 +220,17 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
         totals["loss"] += loss.item()
         totals["clip_fraction"] += float(stats.clip_fraction) * w
         totals["kl"] += float(stats.kl) * w
-        totals["tokens"] += w
     grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
     s.optimizer.step()
     s.engine.sync_weights()
     # over ranks: each rank's loss is normalised by its share, so their mean is the global loss
-    loss, tokens, clipped, kl = _sum_over_ranks(acc, [totals["loss"], totals["tokens"], totals["clip_fraction"], totals["kl"]])
+    loss, tokens, clipped, kl, skipped = _sum_over_ranks(
+        acc, [totals["loss"], totals["tokens"], totals["clip_fraction"], totals["kl"], float(len(rows) - len(trained))])
     return {
         "loss": loss / acc.num_processes, "clip_fraction": clipped / max(tokens, 1.0), "kl": kl / max(tokens, 1.0),
         "grad_norm": float(grad_norm) if grad_norm is not None else None,
         "trained_sequences": len(rows) * acc.num_processes, "trained_tokens": int(tokens), "micro_batches": len(chunks),
+        "skipped_zero_advantage": int(skipped),
     }
 
 
@@ -243,9 +244,9 @@ def _sum_over_ranks(acc: Accelerator, values: list[float]) -> list[float]:
 def reference_logprobs(s: Setup, rollouts: Rollouts, rows: torch.Tensor, C: int) -> torch.Tensor:
     args = (rollouts.prompt_ids[rows], rollouts.prompt_mask[rows], rollouts.completion_ids[rows, :C], rollouts.completion_mask[rows, :C])
     if s.ref_model is not None:
-        return completion_logprobs(s.ref_model, *args)
+        return completion_logprobs(s.ref_model, *args, lean_head(s.ref_model) if s.head is not None else None)
     with s.accelerator.unwrap_model(s.model).disable_adapter():  # LoRA: the base model
-        return completion_logprobs(s.model, *args)
+        return completion_logprobs(s.model, *args, s.head)
 
 
 # --------------------------------------------------------------------------- the loop

@@ -40,7 +40,7 @@ def make_engine(name: str, model, tokenizer, config) -> RolloutEngine:
         from podsrl.rollout.hf import HFEngine
 
         return HFEngine(model, tokenizer, top_p=config.top_p, batch_size=config.batch_size,
-                        share_prompt_cache=config.share_prompt_cache)
+                        share_prompt_cache=config.share_prompt_cache, decoder=config.decoder)
     if name == "vllm":
         from podsrl.rollout.vllm import VLLMEngine
 

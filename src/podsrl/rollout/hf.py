@@ -1,4 +1,4 @@
-"""Rollouts with transformers' ``generate``: batched, left-padded, sampling or greedy."""
+"""Rollouts from a transformers model: batched, left-padded, per-row seeded sampling or greedy."""
 
 from __future__ import annotations
 
@@ -28,36 +28,80 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     return ids + [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids else ids
 
 
+M32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (two multiply-xorshift rounds) of int64 tensors holding values < 2^32;
+    every product stays below 2^63, so it is exact on any device."""
+    x = ((x >> 16) ^ x) * 0x45D9F3B & M32
+    x = ((x >> 16) ^ x) * 0x45D9F3B & M32
+    return (x >> 16) ^ x
+
+
+def row_uniforms(seeds: torch.Tensor, position: int) -> torch.Tensor:
+    """One uniform draw in (0, 1) per row, a function of the row's seed (int64 ``[B]``) and the
+    token's position alone: a counter-based hash computed on the rows' device, so a row's draws do
+    not depend on the other rows of the batch, on the global RNG, or on the device."""
+    lo, hi = seeds & M32, (seeds >> 32) & M32
+    h = _mix32(_mix32(_mix32(lo) ^ hi) ^ _mix32(torch.full_like(seeds, position & M32)))
+    return (h.double() + 0.5) / 2.0**32
+
+
+def sample_rows(logits: torch.Tensor, seeds: torch.Tensor, position: int, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """Tokens ``[B]`` drawn from ``softmax(logits / temperature)`` (top-p truncated) by inverse CDF
+    at each row's :func:`row_uniforms`; ``temperature <= 0`` is greedy."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, -1)  # [B, V]
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        outside = sorted_p.cumsum(-1) - sorted_p > top_p  # mass before a token already > top_p
+        probs = probs.scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
+        probs = probs / probs.sum(-1, keepdim=True)
+    u = row_uniforms(seeds.to(probs.device), position).to(probs.dtype)  # [B]
+    return (probs.cumsum(-1) < u.unsqueeze(-1)).sum(-1).clamp(max=probs.shape[-1] - 1)
+
+
+def row_seed_tensor(seeds: list[int]) -> torch.Tensor:
+    """Python seeds (any size) as int64 ``[B]``, reduced to 63 bits."""
+    return torch.tensor([s % 2**63 for s in seeds], dtype=torch.int64)
+
+
 class RowSampler(LogitsProcessor):
-    """Temperature / top-p sampling where row i draws from its own seeded generator.
+    """:func:`sample_rows` as a logits processor for ``generate``: returns a one-hot score, so it
+    runs under greedy decoding. ``prompt_width`` is the (padded) prompt length of the call, so that
+    the t-th new token of a row is drawn at position t whatever its batch."""
 
-    A row's tokens then depend on its seed and its own logits only, not on the other rows of the
-    batch or the global RNG. It returns a one-hot score, so it runs under greedy decoding.
-    """
-
-    def __init__(self, seeds: list[int], temperature: float, top_p: float):
-        self.generators = [torch.Generator().manual_seed(s) for s in seeds]
-        self.temperature, self.top_p = temperature, top_p
+    def __init__(self, seeds: list[int], temperature: float, top_p: float, prompt_width: int = 0):
+        self.seeds = row_seed_tensor(seeds)
+        self.temperature, self.top_p, self.prompt_width = temperature, top_p, prompt_width
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        probs = torch.softmax(scores.float() / self.temperature, -1)  # [B, V]
-        if self.top_p < 1.0:
-            sorted_p, order = probs.sort(-1, descending=True)
-            outside = sorted_p.cumsum(-1) - sorted_p > self.top_p  # mass before a token already > top_p
-            probs = probs.scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
-            probs = probs / probs.sum(-1, keepdim=True)
-        u = torch.stack([torch.rand((), generator=g) for g in self.generators]).to(probs.device)  # [B]
-        token = (probs.cumsum(-1) < u.unsqueeze(-1)).sum(-1).clamp(max=probs.shape[-1] - 1)  # inverse CDF
+        position = input_ids.shape[1] - self.prompt_width
+        token = sample_rows(scores, self.seeds, position, self.temperature, self.top_p)
         return torch.full_like(scores, float("-inf")).scatter(-1, token.unsqueeze(-1), 0.0)
 
 
 class HFEngine:
-    """Samples from the training model itself, so its weights are always current."""
+    """Samples from the training model itself, so its weights are always current.
 
-    def __init__(self, model, tokenizer, top_p: float = 1.0, batch_size: int = 64, share_prompt_cache: bool = True):
+    Decoding (``decoder="loop"``): each prompt is prefilled once and its KV cache repeated for its
+    n rollouts; then one token per step for the rows still running, a row leaving the batch (and
+    its cache) as soon as it ends, so a step costs what its running rows cost. ``"generate"``
+    uses transformers' ``generate`` instead (every row runs until the last ends); it is also the
+    fallback for models whose cache cannot drop rows.
+    """
+
+    def __init__(self, model, tokenizer, top_p: float = 1.0, batch_size: int | None = None,
+                 share_prompt_cache: bool = True, decoder: str = "loop"):
         self.model, self.tokenizer = model, tokenizer
-        self.top_p, self.batch_size = top_p, batch_size
+        self.top_p = top_p
+        device = next(model.parameters()).device
+        # a small model on a GPU is bound by kernel launches: many rows per step; a CPU, by compute
+        self.batch_size = batch_size or (1024 if device.type == "cuda" else 128)
         self.share_prompt_cache = share_prompt_cache
+        self.decoder = decoder
         self.eos_ids = eos_token_ids(model, tokenizer)
 
     def sync_weights(self) -> None:  # the same module: nothing to copy
@@ -79,15 +123,17 @@ class HFEngine:
         prompt_mask = enc["attention_mask"].repeat_interleave(n, 0).to(device)
         was_training = self.model.training
         self.model.eval()
-        row_seeds = [seed * 1_000_003 + j for seed in seeds for j in range(n)] if seeds is not None else None
+        if seeds is None:  # unseeded: fresh draws from the global RNG
+            seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
+        row_seeds = row_seed_tensor([seed * 1_000_003 + j for seed in seeds for j in range(n)])
         per_call = max(1, self.batch_size // n)  # prompts per generate call
         chunks, texts = [], []  # (completion ids, mask) of each generate call; decoded completions
         for first in range(0, len(prompts), per_call):
             rows = slice(first * n, (first + per_call) * n)
-            chunk_seeds = row_seeds[rows] if row_seeds is not None else None
-            cache = self._shared_prompt_cache(enc["input_ids"][first : first + per_call].to(device),
-                                              enc["attention_mask"][first : first + per_call].to(device), n)
-            ids, mask = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, chunk_seeds, cache)
+            cache = self._prompt_cache(enc["input_ids"][first : first + per_call].to(device),
+                                       enc["attention_mask"][first : first + per_call].to(device), n)
+            decode = self._decode if self.decoder == "loop" and hasattr(cache, "batch_select_indices") else self._generate
+            ids, mask = decode(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, row_seeds[rows], cache)
             chunks.append((ids, mask))
             texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
             if on_chunk is not None:
@@ -98,26 +144,55 @@ class HFEngine:
         completion_mask = torch.cat([F.pad(mask, (0, width - mask.shape[1]), value=0) for _, mask in chunks])
         return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, texts)
 
-    def _shared_prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int):
-        """Prefill each prompt once (all but its last token) and repeat its KV cache for the n
-        rollouts, instead of prefilling n identical copies; None where the cache cannot do it."""
-        if n == 1 or not self.share_prompt_cache or ids.shape[1] < 2:
+    def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int):
+        """The KV cache of all but the last token of each prompt, repeated for its n rollouts: each
+        prompt is prefilled once, not n times (``share_prompt_cache=False``: n times). None for
+        one-token prompts, or a cache type that cannot be repeated."""
+        if ids.shape[1] < 2:
             return None
+        if not self.share_prompt_cache:
+            ids, mask, n = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), 1
         out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=position_ids(mask)[:, :-1], use_cache=True)
         cache = out.past_key_values
-        if not hasattr(cache, "batch_repeat_interleave"):
-            self.share_prompt_cache = False
-            return None
-        cache.batch_repeat_interleave(n)
+        if n > 1:
+            if not hasattr(cache, "batch_repeat_interleave"):
+                return None
+            cache.batch_repeat_interleave(n)
         return cache
+
+    def _decode(self, ids, mask, temperature, max_new_tokens, seeds, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token by token from the last prompt token on; finished rows leave the batch."""
+        N, device = len(ids), ids.device
+        seeds = seeds.to(device)
+        tokens = torch.full((N, max_new_tokens), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
+        eos = torch.tensor(self.eos_ids, device=device)
+        running = torch.arange(N, device=device)  # rows still generating
+        current, attention = ids[:, -1], mask
+        positions = position_ids(mask)[:, -1]
+        steps = 0
+        for t in range(max_new_tokens):
+            logits = self.model(input_ids=current[:, None], attention_mask=attention, position_ids=positions[:, None],
+                                past_key_values=cache, use_cache=True).logits[:, -1]  # [B, V]
+            current = sample_rows(logits, seeds[running], t, temperature, self.top_p)
+            tokens[running, t] = current
+            steps = t + 1
+            going = ~torch.isin(current, eos)
+            if not going.any():
+                break
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)
+            positions = positions + 1
+            if not going.all():
+                keep = going.nonzero().flatten()
+                cache.batch_select_indices(keep)
+                running, current, attention, positions = running[keep], current[keep], attention[keep], positions[keep]
+        return mask_after_eos(tokens[:, :steps], self.eos_ids, self.tokenizer.pad_token_id)
 
     def _generate(self, ids, mask, temperature, max_new_tokens, seeds, cache=None) -> tuple[torch.Tensor, torch.Tensor]:
         if temperature <= 0:
             sampling = dict(do_sample=False)
-        elif seeds is not None:
-            sampling = dict(do_sample=False, logits_processor=LogitsProcessorList([RowSampler(seeds, temperature, self.top_p)]))
         else:
-            sampling = dict(do_sample=True, temperature=temperature, top_p=self.top_p, top_k=0)
+            sampler = RowSampler(seeds.tolist(), temperature, self.top_p, prompt_width=ids.shape[1])
+            sampling = dict(do_sample=False, logits_processor=LogitsProcessorList([sampler]))
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, past_key_values=cache,
             pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_ids, **sampling,

@@ -1,0 +1,111 @@
+"""Per-token log-probabilities of completions, without the ``[N, T, V]`` logits of a micro-batch.
+
+For a completion token y_t with final hidden state h_t and output matrix W (``[V, H]``):
+
+    log π(y_t) = (W h_t)[y_t] − logsumexp(W h_t)
+
+The lean path (:class:`LinearLogProbs`) takes the hidden states from the model's own forward
+(the input of its output layer), keeps only the completion tokens, and computes the formula a
+chunk of tokens at a time, in fp32; its backward recomputes each chunk's logits, using
+
+    ∂ log π(y_t) / ∂ (W h_t) = onehot(y_t) − softmax(W h_t).
+
+Peak memory: one chunk of logits (``chunk_mb``), not every position's. It needs an output layer
+that is a plain ``nn.Linear`` without bias, whose weight is whole on this process (not under FSDP
+or DeepSpeed ZeRO-3); elsewhere :func:`completion_logprobs` computes full logits, as TRL does.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+CHUNK_MB = 256
+
+
+class LinearLogProbs(torch.autograd.Function):
+    """``log_softmax(hidden @ weight.T)[targets]`` for ``hidden [T, H]``, ``weight [V, H]``,
+    ``targets [T]``, computed ``chunk`` rows at a time; returns ``[T]`` in fp32 (fp64 for fp64
+    inputs)."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int) -> Tensor:
+        w = weight.to(hidden.dtype)
+        exact = torch.promote_types(hidden.dtype, torch.float32)  # softmax precision
+        out = torch.empty(len(hidden), dtype=exact, device=hidden.device)
+        lse = torch.empty_like(out)
+        for i in range(0, len(hidden), chunk):
+            logits = (hidden[i : i + chunk] @ w.T).to(exact)  # [c, V]
+            lse[i : i + chunk] = torch.logsumexp(logits, -1)
+            out[i : i + chunk] = logits.gather(1, targets[i : i + chunk, None]).squeeze(1) - lse[i : i + chunk]
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.chunk = chunk
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        hidden, weight, targets, lse = ctx.saved_tensors
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        w = weight.to(hidden.dtype)
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=lse.dtype, device=weight.device) if need_w else None
+        for i in range(0, len(hidden), ctx.chunk):
+            h, g_out = hidden[i : i + ctx.chunk], grad_out[i : i + ctx.chunk].to(lse.dtype)
+            probs = torch.exp((h @ w.T).to(lse.dtype) - lse[i : i + ctx.chunk, None])  # softmax [c, V]
+            g = probs.mul_(-g_out[:, None])
+            g.scatter_add_(1, targets[i : i + ctx.chunk, None], g_out[:, None])  # (onehot − softmax) · grad
+            if need_h:
+                grad_h[i : i + ctx.chunk] = (g.to(hidden.dtype) @ w).to(hidden.dtype)
+            if need_w:
+                grad_w += g.T @ h.to(lse.dtype)
+        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None
+
+
+def linear_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_mb: int = CHUNK_MB) -> Tensor:
+    """Log-probabilities ``[T]`` of ``targets`` under ``hidden [T, H] @ weight.T``, chunked."""
+    chunk = max(1, chunk_mb * 2**20 // (4 * weight.shape[0]))
+    return LinearLogProbs.apply(hidden, weight, targets, chunk)
+
+
+def lean_head(model: nn.Module) -> nn.Linear | None:
+    """The (unwrapped) model's output layer if the lean path can use it: a plain ``nn.Linear``
+    without bias (a LoRA-wrapped or quantised head is not); else None."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return head if type(head) is nn.Linear and head.bias is None else None
+
+
+def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                        completion_mask: Tensor, head: nn.Linear | None = None) -> Tensor:
+    """Log-probabilities ``[N, C]`` of the completion tokens under ``model`` (0 at padding).
+
+    ``model`` is called as it is (wrapped by DDP, say); ``head``, its output layer (from
+    :func:`lean_head` on the unwrapped model), selects the lean path."""
+    from podsrl.rollout.hf import position_ids
+
+    keep_prompt = prompt_mask.any(0).nonzero()[0].item()  # drop all-padding columns on the left
+    prompt_ids, prompt_mask = prompt_ids[:, keep_prompt:], prompt_mask[:, keep_prompt:]
+    C = completion_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, completion_ids], 1)  # [N, P + C]
+    attention = torch.cat([prompt_mask, completion_mask], 1)
+    inputs = dict(input_ids=input_ids, attention_mask=attention, position_ids=position_ids(attention),
+                  logits_to_keep=C + 1, use_cache=False)
+    if head is None:  # full logits of the completion positions; logsumexp keeps no second copy
+        logits = model(**inputs).logits[:, :-1]  # [N, C, V]
+        picked = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1).float()
+        return (picked - torch.logsumexp(logits.float(), -1)) * completion_mask
+
+    captured = []
+
+    def take_hidden(module, args):  # the output layer's input: hidden states [N, C + 1, H]
+        captured.append(args[0])
+        return (args[0][:, -1:],)  # and let it compute logits for one position only
+
+    handle = head.register_forward_pre_hook(take_hidden)
+    try:
+        model(**inputs)
+    finally:
+        handle.remove()
+    hidden = captured[0][:, :-1]  # [N, C, H]: position t predicts completion token t
+    keep = completion_mask.bool()
+    logp = linear_logprobs(hidden[keep], head.weight, completion_ids[keep])  # [T]
+    return torch.zeros(keep.shape, dtype=logp.dtype, device=logp.device).masked_scatter(keep, logp)
