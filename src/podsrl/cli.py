@@ -51,7 +51,7 @@ def cmd_eval(args) -> int:
     c = load_config(*_split(args))
     task = task_from_config(c.task, c.seed)
     tokenizer = models.load_tokenizer(c.model.name_or_path)
-    model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code)
+    model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
     engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout)
     accuracy = evaluate(engine, tokenizer, task.test, c.task.system_prompt or task.system_prompt,
                         c.rollout.max_new_tokens, c.eval_temperature)

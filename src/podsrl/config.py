@@ -29,6 +29,9 @@ class ModelConfig:
     lora_dropout: float = 0.0
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     gradient_checkpointing: bool = False
+    load_in_4bit: bool = False
+    """NF4 base weights through bitsandbytes under LoRA (QLoRA); needs a CUDA GPU and
+    ``pip install 'podsrl[qlora]'``."""
 
 
 @dataclass
@@ -109,6 +112,8 @@ class Config:
     lean_logprobs: bool = True
     """Per-token log-probs chunk by chunk from the hidden states, never the full [N, T, V] logits
     (falls back to full logits under FSDP / DeepSpeed or for an unusual output layer)."""
+    mixed_precision: Literal["no", "bf16", "fp16"] | None = None
+    """Autocast through accelerate (weights stay in model.dtype); default: the launcher's setting."""
     micro_batch_size: int | None = None
     """Sequences per forward/backward; default: every trained sequence at once (grpo, pods), or
     m x prompts (grpo-ga)."""
@@ -178,6 +183,9 @@ def validate(c: Config) -> None:
     need(c.rollout.temperature > 0, "rollout.temperature must be > 0 (RL needs sampled rollouts)")
     need(c.micro_batch_size is None or c.micro_batch_size >= 1, "micro_batch_size must be >= 1")
     need(c.model.lora_r >= 0, "model.lora_r must be >= 0")
+    need(not c.model.load_in_4bit or c.model.lora_r > 0, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
+    need(not (c.model.load_in_4bit and c.rollout.engine == "vllm"),
+         "model.load_in_4bit works with rollout.engine=hf; vLLM would need the unquantised weights")
     need(c.task.name == "arithmetic" or c.task.path is not None, f"task {c.task.name} needs task.path")
 
 

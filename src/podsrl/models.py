@@ -84,18 +84,21 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_model(name_or_path: str, dtype: str = "float32", trust_remote_code: bool = False) -> PreTrainedModel:
-    """A causal LM from a hub id, a folder, a ``.gguf`` file or ``smollm2`` (the default)."""
+def load_model(name_or_path: str, dtype: str = "float32", trust_remote_code: bool = False,
+               load_in_4bit: bool = False) -> PreTrainedModel:
+    """A causal LM from a hub id, a folder, a ``.gguf`` file or ``smollm2`` (the default).
+    ``load_in_4bit``: NF4 weights through bitsandbytes (QLoRA's base model; needs a CUDA GPU)."""
     source = resolve(name_or_path)
     if dtype not in DTYPES:
         raise PodsError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    extra = {"quantization_config": four_bit_config(dtype), "device_map": {"": torch.cuda.current_device()}} if load_in_4bit else {}
     try:
         if source.endswith(".gguf"):
             if not Path(source).exists():
                 raise PodsError(f"GGUF file not found: {source}")
             source = str(_plain_from_gguf(Path(source)))
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code
+            source, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, **extra
         )
     except PodsError:
         raise
@@ -105,10 +108,28 @@ def load_model(name_or_path: str, dtype: str = "float32", trust_remote_code: boo
     return model
 
 
-def add_lora(model: PreTrainedModel, r: int, alpha: int, dropout: float, target_modules: list[str]):
+def four_bit_config(dtype: str):
+    """bitsandbytes NF4 with double quantisation, computing in ``dtype`` (bf16 for float32)."""
+    if not torch.cuda.is_available():
+        raise PodsError("model.load_in_4bit needs a CUDA GPU (bitsandbytes' 4-bit kernels)")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise PodsError("model.load_in_4bit needs bitsandbytes: pip install 'podsrl[qlora]'")
+    from transformers import BitsAndBytesConfig
+
+    compute = DTYPES[dtype] if dtype != "float32" else torch.bfloat16
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute)
+
+
+def add_lora(model: PreTrainedModel, r: int, alpha: int, dropout: float, target_modules: list[str],
+             gradient_checkpointing: bool = False):
     """Wrap ``model`` with a LoRA adapter; only the adapter trains."""
     from peft import LoraConfig, get_peft_model
 
+    from peft import prepare_model_for_kbit_training
+
+    if getattr(model, "is_loaded_in_4bit", False):  # QLoRA: norms in fp32, inputs that carry grads
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
     targets = target_modules[0] if target_modules == ["all-linear"] else list(target_modules)
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM")
     return get_peft_model(model, config)

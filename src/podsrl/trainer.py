@@ -104,7 +104,10 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         # launch): the processes run on the CPU, data parallel over gloo
         local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
         cpu_ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1 and torch.cuda.device_count() < local
-        accelerator = Accelerator(log_with=c.report_to or None, project_dir=output_dir, cpu=cpu_ranks)
+        if c.mixed_precision == "fp16" and not torch.cuda.is_available():
+            raise PodsError("mixed_precision=fp16 needs a CUDA GPU; use bf16 or no on this machine")
+        accelerator = Accelerator(log_with=c.report_to or None, project_dir=output_dir, cpu=cpu_ranks,
+                                  mixed_precision=c.mixed_precision)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
@@ -124,13 +127,14 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         raise PodsError(f"output_dir {output_dir} is not empty; pass resume=true to continue it")
 
     tokenizer = models.load_tokenizer(c.model.name_or_path)
-    model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code)
+    model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
     ref_model = None
     if c.beta > 0 and c.model.lora_r == 0:  # with LoRA the reference is the adapter disabled
         ref_model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code).eval()
         ref_model.requires_grad_(False)
     if c.model.lora_r > 0:
-        model = models.add_lora(model, c.model.lora_r, c.model.lora_alpha, c.model.lora_dropout, c.model.lora_target_modules)
+        model = models.add_lora(model, c.model.lora_r, c.model.lora_alpha, c.model.lora_dropout,
+                                c.model.lora_target_modules, c.model.gradient_checkpointing)
     if resume_from is not None:
         load_weights(model, resume_from / "model", lora=c.model.lora_r > 0)
     if c.model.gradient_checkpointing:
