@@ -50,6 +50,8 @@ def cmd_eval(args) -> int:
 
     c = load_config(*_split(args))
     task = task_from_config(c.task, c.seed)
+    if not task.test:
+        raise PodsError(f"task {c.task.name} has an empty test set (task.test_size={c.task.test_size}): nothing to evaluate")
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code)
     engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout)
