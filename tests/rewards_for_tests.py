@@ -12,3 +12,16 @@ def nan_reward(completions, **_):
 
 def sometimes_none(completions, **_):
     return [None if i % 2 else 1.0 for i in range(len(completions))]
+
+
+def raises(completions, **_):
+    raise ValueError("no answer column")
+
+
+def strings(completions, **_):
+    return ["abc"] * len(completions)
+
+
+def scalar(completions, **_):
+    return 0.5
+

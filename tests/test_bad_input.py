@@ -9,6 +9,8 @@ import pytest
 
 from podsrl import models
 from podsrl.cli import main
+from podsrl.errors import PodsError
+from podsrl.rewards import score
 
 
 def cli(capsys, *args) -> tuple[int, str]:
@@ -119,5 +121,32 @@ def test_eval_on_an_empty_test_set_is_an_error(capsys, tmp_path, tiny_model_dir,
     task = [t.format(empty=tmp_path / "empty.jsonl") for t in task]
     code, err = cli(capsys, "eval", f"model.name_or_path={tiny_model_dir}", *task)
     assert_one_error(code, err, "empty.jsonl holds no problems" if len(task) == 2 else "has an empty test set")
+
+
+# --------------------------------------------------------------------------- rewards
+
+
+@pytest.mark.parametrize("fn,message", [
+    ("raises", "reward 'rewards_for_tests:raises' raised ValueError: no answer column"),
+    ("strings", "reward 'rewards_for_tests:strings' returned a non-numeric value 'abc'"),
+    ("scalar", "reward 'rewards_for_tests:scalar' must return a list, got float"),
+])
+def test_bad_user_reward_mid_run_leaves_no_folder(capsys, tmp_path, tiny_overrides, fn, message):
+    code, err = cli(capsys, "train", *tiny_overrides, f"rewards=[rewards_for_tests:{fn}]")
+    assert_one_error(code, err, message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_score_accepts_numbers_none_and_arrays_only():
+    import numpy as np
+
+    completions = ["a", "b"]
+    total, means = score({"r": lambda completions, **_: np.array([1.0, 0.0]), "s": lambda completions, **_: [None, True]},
+                         [1.0, 2.0], completions)
+    assert total == [1.0, 2.0] and means == {"r": 0.5, "s": 1.0}
+    for returned, message in [("0.5", "must return a list, got str"), ([1.0, "1.0"], "non-numeric value '1.0'"),
+                              ([[1.0], 0.0], "non-numeric value [1.0]"), ([1.0], "returned 1 values for 2")]:
+        with pytest.raises(PodsError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            score({"r": lambda completions, _r=returned, **_: _r}, [1.0], completions)
 
 

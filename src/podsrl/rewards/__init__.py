@@ -140,18 +140,45 @@ def score(
 ) -> tuple[list[float], dict[str, float]]:
     """Weighted sum of every reward function per completion, and each function's mean.
 
-    ``None`` (not applicable) counts as 0 in the sum, as in TRL; a NaN or inf value, or a list of
-    the wrong length, is an error naming the function.
+    ``None`` (not applicable) counts as 0 in the sum, as in TRL; a function that raises, or
+    returns anything but a list of numbers (or ``None``) with one per completion, or a NaN or inf,
+    is an error naming the function.
     """
     total = [0.0] * len(completions)
     means: dict[str, float] = {}
     for (name, fn), w in zip(fns.items(), weights):
-        values = fn(completions=completions, **columns)
-        if len(values) != len(completions):
-            raise PodsError(f"reward {name!r} returned {len(values)} values for {len(completions)} completions")
-        applicable = [float(v) for v in values if v is not None]
-        if any(not math.isfinite(v) for v in applicable):
-            raise PodsError(f"reward {name!r} returned NaN or inf")
+        values = _call_reward(name, fn, completions, columns)
+        applicable = [v for v in values if v is not None]
         means[name] = sum(applicable) / max(len(applicable), 1)
-        total = [t + w * (0.0 if v is None else float(v)) for t, v in zip(total, values)]
+        total = [t + w * (0.0 if v is None else v) for t, v in zip(total, values)]
     return total, means
+
+
+def _call_reward(name: str, fn: RewardFn, completions: list[str], columns: dict) -> list[float | None]:
+    """``fn``'s values as floats (``None`` kept), or a PodsError saying what it did wrong."""
+    try:
+        values = fn(completions=completions, **columns)
+    except Exception as e:  # noqa: BLE001 (the user's code may raise anything)
+        detail = (str(e).strip().splitlines() or [""])[0]
+        raise PodsError(f"reward {name!r} raised {type(e).__name__}" + (f": {detail}" if detail else "")) from None
+    if hasattr(values, "tolist"):  # a numpy array or a torch tensor
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        raise PodsError(f"reward {name!r} must return a list, got {type(values).__name__}")
+    if len(values) != len(completions):
+        raise PodsError(f"reward {name!r} returned {len(values)} values for {len(completions)} completions")
+    floats = [_as_float(name, v) for v in values]
+    if any(v is not None and not math.isfinite(v) for v in floats):
+        raise PodsError(f"reward {name!r} returned NaN or inf")
+    return floats
+
+
+def _as_float(name: str, v) -> float | None:
+    if v is None:
+        return None
+    if not isinstance(v, (str, bytes)):  # "0.5" is not a reward
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            pass
+    raise PodsError(f"reward {name!r} returned a non-numeric value {v!r:.60}")
