@@ -25,3 +25,13 @@ def strings(completions, **_):
 def scalar(completions, **_):
     return 0.5
 
+
+def gated(completions, completion_ids, **_):
+    """``varied``, once the file named by $PODSRL_TEST_GATE exists: holds a run at its first scoring."""
+    import os
+    import time
+    from pathlib import Path
+
+    while not Path(os.environ["PODSRL_TEST_GATE"]).exists():
+        time.sleep(0.05)
+    return varied(completions, completion_ids)
