@@ -275,6 +275,7 @@ def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrid
     assert proc.returncode == 130 and "Traceback" not in err, err
     done = max(int(p.name[5:]) for p in (run / "checkpoints").glob("step-*"))
     assert done >= 1 and not (run / rundir.LOCK).exists()
+    assert not list((run / "checkpoints").glob(".tmp-*"))  # nor a checkpoint cut short
     code = main([*long_run(tiny_overrides, run), f"steps={done + 1}", "save_every=1", "resume=true"])
     assert code == 0, capsys.readouterr().err
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, *range(1, done + 2)]

@@ -54,6 +54,9 @@ class RunFolder:
         if self._fd is None:
             return
         try:
+            if failed:
+                for cut_short in (self.path / "checkpoints").glob(".tmp-*"):
+                    shutil.rmtree(cut_short, ignore_errors=True)
             if failed and latest_checkpoint(self.path) is None:
                 _clear(self.path, keep_lock=False)
                 _remove_made_folders(self.path, self.created)
