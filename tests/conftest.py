@@ -40,15 +40,20 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture
-def tiny_config(tiny_model_dir, tmp_path):
+def tiny_overrides(tiny_model_dir, tmp_path) -> list[str]:
+    """``key=value`` overrides of a fast run on the tiny model, writing to tmp_path/run."""
+    return [
+        f"model.name_or_path={tiny_model_dir}", f"output_dir={tmp_path / 'run'}", "steps=2",
+        "prompts_per_step=2", "n=4", "m=2", "task.test_size=4", "rollout.max_new_tokens=6",
+        "progress=false", "rewards=[rewards_for_tests:varied]", "lr=1e-3",
+    ]
+
+
+@pytest.fixture
+def tiny_config(tiny_overrides):
     """Factory: a fast config on the tiny model, writing under tmp_path."""
 
     def make(*overrides: str):
-        base = [
-            f"model.name_or_path={tiny_model_dir}", f"output_dir={tmp_path / 'run'}", "steps=2",
-            "prompts_per_step=2", "n=4", "m=2", "task.test_size=4", "rollout.max_new_tokens=6",
-            "progress=false", "rewards=[rewards_for_tests:varied]", "lr=1e-3",
-        ]
-        return load_config(None, base + list(overrides))
+        return load_config(None, tiny_overrides + list(overrides))
 
     return make

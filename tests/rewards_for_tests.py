@@ -45,16 +45,7 @@ def crashes(completions, **_):
     return [0.5] * len(completions)
 
 
-def raises(completions, **_):
-    raise ValueError("bad completion")
 
-
-def returns_strings(completions, **_):
-    return ["high"] * len(completions)
-
-
-def returns_scalar(completions, **_):
-    return 1.0
 
 
 async def async_length(completions, **_):
@@ -65,3 +56,26 @@ async def async_length(completions, **_):
         await asyncio.sleep(60)
     await asyncio.sleep(0.01)
     return [float(len(c)) for c in completions]
+
+
+def raises(completions, **_):
+    raise ValueError("no answer column")
+
+
+def strings(completions, **_):
+    return ["abc"] * len(completions)
+
+
+def scalar(completions, **_):
+    return 0.5
+
+
+def gated(completions, completion_ids, **_):
+    """``varied``, once the file named by $PODSRL_TEST_GATE exists: holds a run at its first scoring."""
+    import os
+    import time
+    from pathlib import Path
+
+    while not Path(os.environ["PODSRL_TEST_GATE"]).exists():
+        time.sleep(0.05)
+    return varied(completions, completion_ids)

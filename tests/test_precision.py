@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from conftest import subprocess_env
-from podsrl.trainer import train
 
 
-def test_bf16_autocast_trains(tiny_config):
-    out = train(tiny_config("mixed_precision=bf16", "steps=1"))
-    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+def test_bf16_autocast_trains(tmp_path, tiny_overrides):
+    # its own process: accelerate keeps one precision per process
+    result = subprocess.run([sys.executable, "-m", "podsrl", "train", *tiny_overrides, "mixed_precision=bf16", "steps=1"],
+                            capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 1 and rows[-1]["grad_norm"] is not None and rows[-1]["grad_norm"] > 0
 
 

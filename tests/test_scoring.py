@@ -58,9 +58,9 @@ def test_a_hanging_or_crashing_completion_costs_only_itself(name):
 
 
 @pytest.mark.parametrize("name,message", [
-    ("raises", "reward 'rewards_for_tests:raises' raised ValueError: bad completion"),
-    ("returns_strings", "returned a non-numeric value 'high'"),
-    ("returns_scalar", "must return a list, got float"),
+    ("raises", "reward 'rewards_for_tests:raises' raised ValueError: no answer column"),
+    ("strings", "returned a non-numeric value 'abc'"),
+    ("scalar", "must return a list, got float"),
     ("nan_reward", "returned NaN or inf"),
 ])
 @pytest.mark.parametrize("workers", [None, 0])

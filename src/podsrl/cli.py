@@ -1,7 +1,8 @@
 """``podsrl train | eval`` (and ``compare``, ``plot``): YAML config plus ``key=value`` overrides.
 
-Bad input (an unknown key, m > n, a missing file, a model that cannot load, NaN rewards) ends
-with one line on stderr and exit code 2.
+Bad input (an unknown key, m > n, a missing file, a model that cannot load, NaN rewards, an
+output_dir in use by another run) ends with one line on stderr and exit code 2; Ctrl-C with one
+line and exit code 130.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from podsrl.errors import PodsError
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +52,8 @@ def cmd_eval(args) -> int:
 
     c = load_config(*_split(args))
     task = task_from_config(c.task, c.seed)
+    if not task.test:
+        raise PodsError(f"task {c.task.name} has an empty test set (task.test_size={c.task.test_size}): nothing to evaluate")
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
     engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout)
@@ -123,6 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        _quiet_logging()
+        return args.fn(args)
+    except PodsError as e:
+        print(f"podsrl: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # the trainer has already left its folder as a rerun expects it
+        print("podsrl: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _quiet_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("transformers", "accelerate", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -130,11 +146,6 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    try:
-        return args.fn(args)
-    except PodsError as e:
-        print(f"podsrl: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

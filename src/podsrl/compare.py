@@ -37,6 +37,7 @@ def parse_methods(specs: list[str], base) -> dict[str, list[str]]:
 def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
             budget_minutes: float, out: Path, eval_every_s: float) -> dict:
     from podsrl.checkpoint import latest_checkpoint, read_state
+    from podsrl.rundir import discard_unfinished
     from podsrl.trainer import train
 
     base = load_config(config_path, overrides)
@@ -60,10 +61,8 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
                 print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done:.0f}s of {budget_s:.0f}s)", flush=True)
                 continue
             c.resume = True
-        elif run_dir.exists():  # an interrupted run without a checkpoint starts again
-            import shutil
-
-            shutil.rmtree(run_dir)
+        elif run_dir.exists():  # a run without a checkpoint (interrupted, or results alone) starts again
+            discard_unfinished(run_dir)
         print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {budget_s:.0f}s", flush=True)
         train(c)
     summary = summarise(out, list(methods), seeds)

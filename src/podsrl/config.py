@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from podsrl.errors import PodsError
@@ -145,7 +145,7 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
         if path is not None:
             if not Path(path).is_file():
                 raise PodsError(f"config file not found: {path}")
-            merged = OmegaConf.merge(merged, OmegaConf.load(path))
+            merged = OmegaConf.merge(merged, _read_yaml(path))
         bad = [o for o in overrides if "=" not in o]
         if bad:
             raise PodsError(f"overrides must be key=value, got {bad[0]!r}")
@@ -155,6 +155,27 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
         raise PodsError(_config_message(e)) from None
     validate(config)
     return config
+
+
+def _read_yaml(path: str):
+    """The mapping a YAML config file holds; a syntax error names its line."""
+    import yaml
+
+    try:
+        loaded = OmegaConf.load(path)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        raise PodsError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or _first_line(e)})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PodsError(f"cannot read config file {path}: {e}") from None
+    if not isinstance(loaded, DictConfig):
+        raise PodsError(f"{path}: the top level must be a mapping of config keys, not a list")
+    return loaded
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip() or type(e).__name__).splitlines()[0]
 
 
 def _config_message(e: OmegaConfBaseException) -> str:
@@ -173,7 +194,8 @@ def validate(c: Config) -> None:
         if not ok:
             raise PodsError(message)
 
-    need(c.n >= 1 and c.prompts_per_step >= 1 and c.steps >= 0, "n, prompts_per_step must be >= 1 and steps >= 0")
+    need(c.n >= 1 and c.prompts_per_step >= 1, "n and prompts_per_step must be >= 1")
+    need(c.steps >= 1, f"steps must be >= 1, got {c.steps}; podsrl eval evaluates a model without training")
     need(1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
     need(c.rule in RULES, f"unknown rule {c.rule!r}; known: {', '.join(sorted(RULES))}")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")

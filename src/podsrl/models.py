@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from podsrl import hub
 from podsrl.errors import PodsError
 
 log = logging.getLogger(__name__)
@@ -47,37 +48,70 @@ def _cache_root() -> Path:
 
 def _plain_from_gguf(gguf: Path) -> Path:
     """Folder of a plain (unquantised-marker) checkpoint converted from ``gguf``, made once."""
-    stat = gguf.stat()
+    try:
+        stat = gguf.stat()
+    except OSError as e:
+        raise PodsError(f"GGUF file not found: {gguf}" if isinstance(e, FileNotFoundError) else
+                        f"cannot read GGUF file {gguf}: {e.strerror}") from None
     key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     target = _cache_root() / "gguf" / f"{gguf.stem}-{key}"
     if (target / "config.json").exists():
         return target
     log.info("converting %s to a plain checkpoint in %s (once)", gguf.name, target)
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    config = quantized.config.to_dict()
-    config.pop("quantization_config", None)
-    plain = AutoModelForCausalLM.from_config(type(quantized.config).from_dict(config), dtype=torch.float32)
-    plain.load_state_dict(quantized.state_dict())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     try:
-        plain.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, target)  # atomic: a half-written conversion is never found
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        config = quantized.config.to_dict()
+        config.pop("quantization_config", None)
+        plain = AutoModelForCausalLM.from_config(type(quantized.config).from_dict(config), dtype=torch.float32)
+        plain.load_state_dict(quantized.state_dict())
+    except Exception as e:  # noqa: BLE001 (a truncated or foreign file fails anywhere in the reader)
+        raise PodsError(f"cannot read GGUF file {gguf}: {_first_line(e)}") from None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+        try:
+            plain.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            os.replace(tmp, target)  # atomic: a half-written conversion is never found
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        raise PodsError(f"cannot write the converted model to {target.parent}: {e.strerror or e}") from None
     return target
 
 
-def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+def _local_source(name_or_path: str) -> str:
+    """A folder to load from: the converted GGUF file, the folder as given, or a hub name as given."""
     source = resolve(name_or_path)
     if source.endswith(".gguf"):
-        source = str(_plain_from_gguf(Path(source)))
+        return str(_plain_from_gguf(Path(source)))
+    return source
+
+
+def _pretrained(load, name_or_path: str, source: str, what: str, **kwargs):
+    """``load(source, **kwargs)``. A hub name while the hub cannot be reached loads from the local
+    cache only, so that it fails at once instead of after a minute of retries."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not Path(source).exists():
+        try:
+            validate_repo_id(source)
+        except HFValidationError:
+            raise PodsError(f"cannot load {what} {name_or_path!r}: no such file or folder") from None
+        if not hub.reachable():
+            kwargs["local_files_only"] = True
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        return load(source, **kwargs)
     except Exception as e:  # noqa: BLE001 (transformers raises many types for a bad name)
-        raise PodsError(f"cannot load tokenizer {name_or_path!r}: {_first_line(e)}") from None
+        if kwargs.get("local_files_only"):
+            raise PodsError(f"cannot load model {name_or_path!r}: not in the local cache and the Hugging Face hub "
+                            "cannot be reached") from None
+        raise PodsError(f"cannot load {what} {name_or_path!r}: {_first_line(e)}") from None
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+    tokenizer = _pretrained(AutoTokenizer.from_pretrained, name_or_path, _local_source(name_or_path), "tokenizer")
     tokenizer.padding_side = "left"  # generation appends on the right
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -88,22 +122,11 @@ def load_model(name_or_path: str, dtype: str = "float32", trust_remote_code: boo
                load_in_4bit: bool = False) -> PreTrainedModel:
     """A causal LM from a hub id, a folder, a ``.gguf`` file or ``smollm2`` (the default).
     ``load_in_4bit``: NF4 weights through bitsandbytes (QLoRA's base model; needs a CUDA GPU)."""
-    source = resolve(name_or_path)
     if dtype not in DTYPES:
         raise PodsError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
     extra = {"quantization_config": four_bit_config(dtype), "device_map": {"": torch.cuda.current_device()}} if load_in_4bit else {}
-    try:
-        if source.endswith(".gguf"):
-            if not Path(source).exists():
-                raise PodsError(f"GGUF file not found: {source}")
-            source = str(_plain_from_gguf(Path(source)))
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, **extra
-        )
-    except PodsError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise PodsError(f"cannot load model {name_or_path!r}: {_first_line(e)}") from None
+    model = _pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, _local_source(name_or_path), "model",
+                        dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, **extra)
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or model.config.eos_token_id
     return model
 

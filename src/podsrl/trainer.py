@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -35,11 +34,9 @@ import torch
 from accelerate import Accelerator, DistributedType
 from tqdm.auto import tqdm
 
-from podsrl import models
+from podsrl import models, rundir
 from podsrl.advantages import group_advantages
-from podsrl.checkpoint import (
-    latest_checkpoint, load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic,
-)
+from podsrl.checkpoint import load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic
 from podsrl.config import Config, to_dict, to_yaml, trained_per_prompt
 from podsrl.downsample import select
 from podsrl.errors import PodsError
@@ -75,12 +72,15 @@ class Setup:
     task: Task
     system_prompt: str | None
     scorer: Scorer
+    run: rundir.RunFolder
     ref_model: torch.nn.Module | None = None
     head: torch.nn.Linear | None = None  # the output layer, where log-probs take the lean path
-    output_dir: Path | None = None
-    created_output_dir: bool = False
     start_step: int = 0
     train_seconds: float = 0.0
+
+    @property
+    def output_dir(self) -> Path:
+        return self.run.path
 
 
 # --------------------------------------------------------------------------- set-up
@@ -97,7 +97,8 @@ def default_output_dir(c: Config) -> Path:
 
 
 def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
-    """Validate everything the user gave (data, rewards, model) before writing anything."""
+    """Validate what the user gave (data, rewards) before touching output_dir; then hold the run
+    folder (locked for this run) while the model loads."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
     if accelerator is None:
         # several processes and fewer GPUs than processes on this machine (torchrun, accelerate
@@ -116,16 +117,14 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
     task = task_from_config(c.task, c.seed)
     reward_fns = {name: load_reward(name) for name in c.rewards}
-    scorer = Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s)
+    run = rundir.claim(output_dir, c.resume, accelerator)
+    with run.cleanup_on_failure():
+        return _load(c, accelerator, task, Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s), run)
 
-    resume_from = None
-    if c.resume:
-        resume_from = latest_checkpoint(output_dir)
-        if resume_from is None:
-            raise PodsError(f"resume=true but {output_dir} holds no checkpoint")
-    elif output_dir.exists() and any(output_dir.iterdir()):
-        raise PodsError(f"output_dir {output_dir} is not empty; pass resume=true to continue it")
 
+def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: rundir.RunFolder) -> Setup:
+    """The model (with LoRA, from a checkpoint when resuming), its optimizer and rollout engine."""
+    resume_from = run.resume_from
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
     ref_model = None
@@ -150,7 +149,7 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
     head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharded else None
     s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
-              scorer, ref_model, head, output_dir)
+              scorer, run, ref_model, head)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     if resume_from is not None:
         state = read_state(resume_from)
@@ -257,33 +256,27 @@ def reference_logprobs(s: Setup, rollouts: Rollouts, rows: torch.Tensor, C: int)
 
 
 def train(c: Config, accelerator: Accelerator | None = None) -> Path:
-    """Run training as configured; returns the output folder."""
+    """Run training as configured; returns the output folder. A run that fails or is interrupted
+    before its first checkpoint (bad input found mid-run, Ctrl-C) leaves output_dir as it found it."""
     s = setup(c, accelerator)
-    acc = s.accelerator
     try:
-        return _train(s, c)
-    except PodsError:
-        # bad input found mid-run (a reward function returning NaN, ...): leave no half-written
-        # run behind, unless it already holds a complete checkpoint
-        acc.wait_for_everyone()
-        if acc.is_main_process and s.created_output_dir and latest_checkpoint(s.output_dir) is None:
-            shutil.rmtree(s.output_dir, ignore_errors=True)
-        raise
+        with s.run.cleanup_on_failure():
+            out = _train(s, c)
     finally:
         s.scorer.close()  # the reward workers end with the run
+    s.run.release()
+    return out
 
 
 def _train(s: Setup, c: Config) -> Path:
     acc = s.accelerator
     out = s.output_dir
     if acc.is_main_process:
-        s.created_output_dir = not out.exists()
-        out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "config.yaml", to_yaml(c))
         truncate_metrics(out / "metrics.jsonl", s.start_step)
     acc.wait_for_everyone()
     if c.report_to:
-        acc.init_trackers("podsrl", config=_flat(to_dict(c)))
+        acc.init_trackers(rundir.TRACKER_FOLDER, config=_flat(to_dict(c)))
     metrics_file = open(out / "metrics.jsonl", "a") if acc.is_main_process else None
 
     if acc.is_main_process:

@@ -181,6 +181,8 @@ def _call_async(fn: RewardFn, completions: list[str], columns: list[dict], timeo
 
 def _checked(name: str, values, expected: int) -> list[float | None]:
     """The values of one reward function, checked: a list of ``expected`` numbers or None."""
+    if hasattr(values, "tolist"):  # a numpy array or a torch tensor
+        values = values.tolist()
     if not isinstance(values, (list, tuple)):
         raise PodsError(f"reward {name!r} must return a list, got {type(values).__name__}")
     if len(values) != expected:
@@ -190,8 +192,8 @@ def _checked(name: str, values, expected: int) -> list[float | None]:
         if v is None:
             out.append(None)
             continue
-        if isinstance(v, str) or not hasattr(v, "__float__"):
-            raise PodsError(f"reward {name!r} returned a non-numeric value {v!r}")
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__float__"):
+            raise PodsError(f"reward {name!r} returned a non-numeric value {v!r:.60}")
         v = float(v)
         if not math.isfinite(v):
             raise PodsError(f"reward {name!r} returned NaN or inf")

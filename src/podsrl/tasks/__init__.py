@@ -61,13 +61,24 @@ def arithmetic(digits: int = 1, operations: str = "+", test_size: int = 200, see
 
 
 def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
     try:
         with path.open() as f:
-            return [json.loads(line) for line in f if line.strip()]
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise PodsError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+                if not isinstance(row, dict):
+                    raise PodsError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+                rows.append(row)
     except OSError as e:
         raise PodsError(f"cannot read {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise PodsError(f"{path} is not valid jsonl: {e}") from None
+    except UnicodeDecodeError as e:
+        raise PodsError(f"cannot read {path}: not UTF-8 text ({e.reason})") from None
+    return rows
 
 
 def _load_rows(source: str, split: str) -> list[dict]:
@@ -78,13 +89,30 @@ def _load_rows(source: str, split: str) -> list[dict]:
     if path.suffix == ".jsonl" or path.exists() or source.startswith((".", "/", "~")):
         if not path.exists():
             raise PodsError(f"data file not found: {path}")
-        return _read_jsonl(path)
-    try:  # a Hugging Face hub data set, for users with a network
+        rows = _read_jsonl(path)
+        where = path
+    else:
+        rows, where = _load_hub_rows(source, split), f"{source} (split {split})"
+    if not rows:
+        raise PodsError(f"{where} holds no problems")
+    return rows
+
+
+def _load_hub_rows(name: str, split: str) -> list[dict]:
+    """A Hugging Face hub data set, for users with a network (or a cached copy and HF_HUB_OFFLINE=1)."""
+    from huggingface_hub import constants
+
+    from podsrl import hub
+
+    if not constants.HF_HUB_OFFLINE and not hub.reachable():
+        raise PodsError(f"cannot load data set {name!r}: not a local file or folder, and the Hugging Face hub "
+                        "cannot be reached (HF_HUB_OFFLINE=1 uses a cached copy)")
+    try:
         from datasets import load_dataset
 
-        return list(load_dataset(source, "main" if "gsm8k" in source else None, split=split))
+        return list(load_dataset(name, "main" if "gsm8k" in name else None, split=split))
     except Exception as e:  # noqa: BLE001 (any failure to fetch is the user's to fix)
-        raise PodsError(f"cannot load data set {source!r} split {split!r}: {e}") from None
+        raise PodsError(f"cannot load data set {name!r} split {split!r}: {e}") from None
 
 
 def _stream(problems: list[Problem]) -> Callable[[int], Iterator[Problem]]:
@@ -102,8 +130,9 @@ def _stream(problems: list[Problem]) -> Callable[[int], Iterator[Problem]]:
 
 
 def _fields(rows: list[dict], question: str, answer: str, source: str) -> list[Problem]:
-    if rows and (question not in rows[0] or answer not in rows[0]):
-        raise PodsError(f"{source}: rows need the fields {question!r} and {answer!r}, found {sorted(rows[0])}")
+    for number, row in enumerate(rows, 1):
+        if question not in row or answer not in row:
+            raise PodsError(f"{source}: problem {number} needs the fields {question!r} and {answer!r}, found {sorted(row)}")
     return [Problem(r[question], str(r[answer])) for r in rows]
 
 

@@ -1,0 +1,191 @@
+"""The run folder: one run at a time, and nothing left behind that blocks a rerun.
+
+The main process takes an exclusive ``flock`` on ``<output_dir>/.podsrl.lock`` before it looks at
+the folder, and holds it until the run ends; the kernel drops the lock when the process dies, so a
+killed run leaves no stale lock. A second run into the same folder is refused at once.
+
+The lock file also marks the folder as podsrl's. A run killed before its first checkpoint leaves
+the lock file and some of podsrl's own files (:data:`OWN`) without a complete checkpoint; a rerun
+clears such a folder and starts afresh. A run that fails or is interrupted before its first
+checkpoint leaves the folder as it found it (removed if it made it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from podsrl.checkpoint import latest_checkpoint
+from podsrl.errors import PodsError
+
+log = logging.getLogger(__name__)
+
+LOCK = ".podsrl.lock"
+TRACKER_FOLDER = "podsrl"
+"""accelerate's trackers log under ``<output_dir>/<project name>/``; the trainer names the project this."""
+OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "checkpoints",
+       TRACKER_FOLDER, ".aim"}
+"""What podsrl writes into a run folder: the files, the checkpoints, the trackers' logs."""
+
+
+class RunFolder:
+    """``output_dir`` held by this run. On processes other than the main one it holds nothing."""
+
+    def __init__(self, path: Path, resume_from: Path | None, created: Path | None = None, fd: int | None = None):
+        self.path, self.resume_from, self._fd = path, resume_from, fd
+        self.created = created
+        """The outermost folder this run made (``path`` or one of its parents), if any."""
+
+    @contextmanager
+    def cleanup_on_failure(self):
+        """On any exception (Ctrl-C included), release the folder, leaving it as it was found
+        unless it already holds a complete checkpoint; then re-raise."""
+        try:
+            yield
+        except BaseException:
+            self.release(failed=True)
+            raise
+
+    def release(self, failed: bool = False) -> None:
+        if self._fd is None:
+            return
+        try:
+            if failed:
+                for cut_short in (self.path / "checkpoints").glob(".tmp-*"):
+                    shutil.rmtree(cut_short, ignore_errors=True)
+            if failed and latest_checkpoint(self.path) is None:
+                _clear(self.path, keep_lock=False)
+                _remove_made_folders(self.path, self.created)
+            else:
+                (self.path / LOCK).unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+
+def claim(path: Path, resume: bool, accelerator) -> RunFolder:
+    """Lock ``path`` for this run and decide where it starts: the latest checkpoint (``resume``),
+    or step 0 in a folder that is new, empty, or an unfinished run without a checkpoint. Only the
+    main process touches the folder; the others learn the outcome from it."""
+    folder, error = None, None
+    if accelerator.is_main_process:
+        try:
+            folder = _claim(path, resume)
+        except PodsError as e:
+            error = str(e)
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        start = str(folder.resume_from) if folder and folder.resume_from else None
+        error, start = broadcast_object_list([error, start])
+        if folder is None and error is None:
+            folder = RunFolder(path, Path(start) if start else None)
+    if error is not None:
+        raise PodsError(error)
+    return folder
+
+
+def _claim(path: Path, resume: bool) -> RunFolder:
+    if resume and not path.exists():
+        raise PodsError(f"resume=true but {path} does not exist")
+    created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, marked = _lock(path)
+    except OSError as e:
+        raise PodsError(f"cannot write output_dir {path}: {e.strerror or e}") from None
+    try:
+        return RunFolder(path, _start(path, resume, marked), created, fd)
+    except BaseException:  # refused: leave the folder exactly as it was found
+        if not marked:
+            (path / LOCK).unlink(missing_ok=True)
+        os.close(fd)
+        raise
+
+
+def discard_unfinished(path: Path) -> None:
+    """Clear podsrl's own files from ``path`` unless it holds a checkpoint, marked or not: for a
+    caller that owns its run folders (``podsrl compare``). Refused while another run holds it."""
+    fd, _ = _lock(path)
+    try:
+        if latest_checkpoint(path) is None:
+            _clear(path, keep_lock=False)
+    finally:
+        (path / LOCK).unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _lock(path: Path) -> tuple[int, bool]:
+    """An fd holding the lock on ``path``, and whether the lock file was there before."""
+    lock = path / LOCK
+    while True:
+        try:
+            fd, existed = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), False
+        except FileExistsError:
+            fd, existed = os.open(lock, os.O_RDWR), True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            raise PodsError(f"output_dir {path} is in use by another run" + (f" (pid {pid})" if pid else "")) from None
+        try:  # the holder may have removed the file before we locked it: lock the one now there
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd, existed
+        os.close(fd)
+
+
+def _start(path: Path, resume: bool, marked: bool) -> Path | None:
+    """The checkpoint to resume from, or None to start at step 0 (clearing an unfinished run)."""
+    checkpoint = latest_checkpoint(path)
+    if checkpoint is not None:
+        if not resume:
+            raise PodsError(f"output_dir {path} is not empty; pass resume=true to continue it")
+        return checkpoint
+    entries = [p for p in path.iterdir() if p.name != LOCK]
+    foreign = [p.name for p in entries if p.name not in OWN]
+    if (path / "checkpoints").is_dir():  # what a killed checkpoint leaves: temporary folders only
+        foreign += [f"checkpoints/{p.name}" for p in (path / "checkpoints").iterdir() if not p.name.startswith(".tmp-")]
+    if foreign or (entries and not marked):  # the user's files, or a folder podsrl did not make
+        if resume:
+            raise PodsError(f"resume=true but {path} holds no checkpoint")
+        example = sorted(foreign)[0] if foreign else sorted(p.name for p in entries)[0]
+        raise PodsError(f"output_dir {path} is not empty (it holds {example}); choose another output_dir")
+    if entries:
+        log.info("output_dir %s holds an unfinished run without a checkpoint: starting it afresh", path)
+        _clear(path, keep_lock=True)
+    elif resume:
+        log.info("resume=true but %s holds no checkpoint: starting at step 0", path)
+    return None
+
+
+def _clear(path: Path, keep_lock: bool) -> None:
+    """Remove podsrl's own files from ``path``."""
+    for name in OWN - ({LOCK} if keep_lock else set()):
+        p = path / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def _remove_made_folders(path: Path, outermost: Path | None) -> None:
+    """Remove ``path`` and its parents up to ``outermost``, as long as they are empty."""
+    if outermost is None:
+        return
+    for folder in [path, *path.parents]:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == outermost:
+            return

@@ -1,0 +1,322 @@
+"""Bad input and interruptions: one ``podsrl: error:`` line and exit 2 (Ctrl-C: exit 130), and
+nothing left that blocks a rerun; one run at a time per output_dir."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from podsrl import models, rundir
+from podsrl.cli import main
+from podsrl.errors import PodsError
+from podsrl.rewards.scorer import Scorer
+
+TESTS = Path(__file__).parent
+
+
+def cli(capsys, *args) -> tuple[int, str]:
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def assert_one_error(code: int, err: str, message: str) -> None:
+    """Exit 2, and the last stderr line is the only ``podsrl:`` line and holds ``message``."""
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert [l for l in lines if l.startswith("podsrl:")] == [lines[-1]], err
+    assert lines[-1].startswith("podsrl: error: ") and message in lines[-1], err
+    assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("text,message", [
+    ("n: 4\nm: [1,\n", "bad.yaml:3: not valid YAML (did not find expected node content)"),
+    ("n: 4\n\tm: 2\n", "bad.yaml:2: not valid YAML"),
+    ("- n: 4\n- m: 2\n", "bad.yaml: the top level must be a mapping of config keys, not a list"),
+])
+def test_malformed_yaml(capsys, tmp_path, text, message):
+    (tmp_path / "bad.yaml").write_text(text)
+    code, err = cli(capsys, "train", str(tmp_path / "bad.yaml"), f"output_dir={tmp_path / 'out'}")
+    assert_one_error(code, err, message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_steps_zero_is_rejected(capsys, tmp_path):
+    code, err = cli(capsys, "train", "steps=0", f"output_dir={tmp_path / 'out'}")
+    assert_one_error(code, err, "steps must be >= 1, got 0; podsrl eval evaluates a model without training")
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- models
+
+
+@pytest.fixture
+def gguf_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("PODSRL_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "truncated.gguf").write_bytes(models.embedded_gguf().open("rb").read(1_000_000))
+    (tmp_path / "text.gguf").write_text("not a model\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+@pytest.mark.parametrize("name,message", [
+    ("missing.gguf", "GGUF file not found: "),
+    ("truncated.gguf", "cannot read GGUF file "),
+    ("text.gguf", "cannot read GGUF file "),
+])
+def test_bad_gguf(capsys, gguf_files, command, name, message):
+    path = gguf_files / name
+    code, err = cli(capsys, command, f"model.name_or_path={path}", f"output_dir={gguf_files / 'out' / 'run'}",
+                    "task.test_size=2")
+    assert_one_error(code, err, message + str(path))
+    assert not (gguf_files / "out").exists()  # nor the parent folder the run made
+    assert not list((gguf_files / "cache").rglob("*"))  # no half-written conversion
+
+
+def test_unreachable_hub_fails_at_once(tmp_path):
+    """With the hub unreachable (a closed local port), a hub name not in the cache is one quick
+    error instead of a minute of retries; the same for a data set's hub name."""
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_OFFLINE", None)
+    for args, message in [
+        (["model.name_or_path=no-such-org/no-such-model"],
+         "podsrl: error: cannot load model 'no-such-org/no-such-model': not in the local cache and the Hugging Face hub cannot be reached"),
+        (["task.name=gsm8k", "task.path=no-such-org/no-such-data"],
+         "podsrl: error: cannot load data set 'no-such-org/no-such-data': not a local file or folder, and the Hugging Face hub cannot be reached"),
+    ]:
+        result = subprocess.run([sys.executable, "-m", "podsrl", "train", *args, f"output_dir={tmp_path / 'out'}"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith(message), result.stderr
+        assert "Retrying" not in result.stderr
+        assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- data
+
+
+@pytest.mark.parametrize("empty", ["train", "test"])
+def test_empty_jsonl_is_an_error_not_an_endless_loop(capsys, tmp_path, tiny_overrides, empty):
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "test"):
+        row = {"question": "1 + 1 =", "answer": "#### 2"}
+        (data / f"{split}.jsonl").write_text("" if split == empty else json.dumps(row) + "\n")
+    code, err = cli(capsys, "train", *tiny_overrides, "task.name=gsm8k", f"task.path={data}")
+    assert_one_error(code, err, f"{data / (empty + '.jsonl')} holds no problems")
+    assert not (tmp_path / "run").exists()
+
+
+def test_malformed_jsonl_line_is_reported_by_line(capsys, tmp_path):
+    path = tmp_path / "test.jsonl"
+    path.write_text('{"problem": "1 + 1", "answer": "2"}\n\n{"problem": "2 + 2", "answer": 4\n')
+    code, err = cli(capsys, "eval", "task.name=math500", f"task.path={path}")
+    assert_one_error(code, err, f"{path}:3: not valid JSON (Expecting ',' delimiter)")
+
+
+@pytest.mark.parametrize("task", [["task.test_size=0"], ["task.name=math500", "task.path={empty}"]])
+def test_eval_on_an_empty_test_set_is_an_error(capsys, tmp_path, tiny_model_dir, task):
+    (tmp_path / "empty.jsonl").write_text("\n")
+    task = [t.format(empty=tmp_path / "empty.jsonl") for t in task]
+    code, err = cli(capsys, "eval", f"model.name_or_path={tiny_model_dir}", *task)
+    assert_one_error(code, err, "empty.jsonl holds no problems" if len(task) == 2 else "has an empty test set")
+
+
+# --------------------------------------------------------------------------- rewards
+
+
+@pytest.mark.parametrize("fn,message", [
+    ("raises", "reward 'rewards_for_tests:raises' raised ValueError: no answer column"),
+    ("strings", "reward 'rewards_for_tests:strings' returned a non-numeric value 'abc'"),
+    ("scalar", "reward 'rewards_for_tests:scalar' must return a list, got float"),
+])
+def test_bad_user_reward_mid_run_leaves_no_folder(capsys, tmp_path, tiny_overrides, fn, message):
+    code, err = cli(capsys, "train", *tiny_overrides, f"rewards=[rewards_for_tests:{fn}]")
+    assert_one_error(code, err, message)
+    assert not (tmp_path / "run").exists()
+
+
+def score(fns, weights, completions):
+    """Score in the training process (reward_workers=0), as one group, like the trainer does."""
+    step = Scorer(fns, weights, workers=0).start({"prompts": ["p"]}, len(completions))
+    step.add(0, completions, [[1]] * len(completions))
+    result = step.result()
+    return result.rewards.flatten().tolist(), result.means
+
+
+def test_score_accepts_numbers_none_and_arrays_only():
+    import numpy as np
+
+    completions = ["a", "b"]
+    total, means = score({"r": lambda completions, **_: np.array([1.0, 0.0]), "s": lambda completions, **_: [None, True]},
+                         [1.0, 2.0], completions)
+    assert total == [1.0, 2.0] and means == {"r": 0.5, "s": 1.0}
+    for returned, message in [("0.5", "must return a list, got str"), ([1.0, "1.0"], "non-numeric value '1.0'"),
+                              ([[1.0], 0.0], "non-numeric value [1.0]"), ([1.0], "returned 1 values for 2")]:
+        with pytest.raises(PodsError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            score({"r": lambda completions, _r=returned, **_: _r}, [1.0], completions)
+
+
+# --------------------------------------------------------------------------- output_dir
+
+
+def test_output_dir_that_is_a_file(capsys, tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    code, err = cli(capsys, "train", f"output_dir={tmp_path / 'file.txt'}")
+    assert_one_error(code, err, f"cannot write output_dir {tmp_path / 'file.txt'}: File exists")
+    assert (tmp_path / "file.txt").read_text() == "x"
+
+
+def test_output_dir_that_cannot_be_created(capsys, tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    code, err = cli(capsys, "train", f"output_dir={tmp_path / 'file.txt' / 'run'}")
+    assert_one_error(code, err, f"cannot write output_dir {tmp_path / 'file.txt' / 'run'}: Not a directory")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_output_dir_in_a_read_only_folder(capsys, tmp_path):
+    (tmp_path / "ro").mkdir(mode=0o555)
+    code, err = cli(capsys, "train", f"output_dir={tmp_path / 'ro' / 'run'}")
+    assert_one_error(code, err, f"cannot write output_dir {tmp_path / 'ro' / 'run'}: Permission denied")
+
+
+def test_resume_of_a_missing_folder_is_an_error(capsys, tmp_path):
+    code, err = cli(capsys, "train", "resume=true", f"output_dir={tmp_path / 'out'}")
+    assert_one_error(code, err, f"resume=true but {tmp_path / 'out'} does not exist")
+    assert not (tmp_path / "out").exists()
+
+
+class OneProcess:
+    is_main_process, num_processes = True, 1
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_only_podsrl_files_of_a_marked_folder_are_cleared(tmp_path, marked):
+    """A folder holding the lock file and podsrl's own files (no complete checkpoint) is an
+    unfinished run and is cleared; the same files without the lock file, or with anything else,
+    are somebody's folder and stay untouched."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / ".tmp-step-000001" / "model").mkdir(parents=True)
+    (run / "podsrl").mkdir()
+    (run / "podsrl" / "events.out.tfevents.1.host").write_text("x")
+    for name in ("config.yaml", "metrics.jsonl") + ((rundir.LOCK,) if marked else ()):
+        (run / name).write_text("x")
+    if marked:
+        (run / "notes.txt").write_text("mine")
+        with pytest.raises(PodsError, match="is not empty .it holds notes.txt."):
+            rundir.claim(run, False, OneProcess())
+        (run / "notes.txt").unlink()
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    if not marked:
+        with pytest.raises(PodsError, match="is not empty"):
+            rundir.claim(run, False, OneProcess())
+        assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+        return
+    folder = rundir.claim(run, False, OneProcess())
+    assert folder.resume_from is None and [p.name for p in run.iterdir()] == [rundir.LOCK]
+    folder.release()
+    assert run.is_dir() and not any(run.iterdir())
+
+
+def test_compare_restarts_a_run_folder_without_checkpoint_keeping_other_files(tmp_path):
+    run = tmp_path / "pods" / "seed-0"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("config.yaml", "metrics.jsonl", "notes.txt"):
+        (run / name).write_text("x")
+    rundir.discard_unfinished(run)
+    assert [p.name for p in run.iterdir()] == ["notes.txt"]
+    (run / "checkpoints" / "step-000001").mkdir(parents=True)
+    rundir.discard_unfinished(run)
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "notes.txt"]
+
+
+# --------------------------------------------------------------------------- interruptions
+
+
+def start(*args, cwd: Path, **env) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(TESTS), **env}
+    return subprocess.Popen([sys.executable, "-m", "podsrl", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_for_step(proc: subprocess.Popen, run: Path, step: int) -> None:
+    """Poll metrics.jsonl until the line of ``step`` is there (the run is past it)."""
+    metrics = run / "metrics.jsonl"
+    while proc.poll() is None:
+        if metrics.exists() and any(json.loads(l)["step"] == step for l in metrics.read_text().splitlines() if l.endswith("}")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the run ended before step {step}: {proc.communicate()[1][-3000:]}")
+
+
+def long_run(tiny_overrides, run: Path) -> list[str]:
+    """A run that checkpoints only at its (far) end."""
+    return ["train", *tiny_overrides, f"output_dir={run}", "steps=100000", "n=2", "m=1", "task.test_size=2",
+            "rollout.max_new_tokens=2"]
+
+
+def test_ctrl_c_before_the_first_checkpoint(tmp_path, tiny_overrides):
+    run = tmp_path / "run"
+    proc = start(*long_run(tiny_overrides, run), cwd=tmp_path)
+    wait_for_step(proc, run, 1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "podsrl: interrupted" and "Traceback" not in err
+    assert not run.exists()  # no checkpoint yet: the run removed the folder it made
+
+
+def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrides, capsys):
+    run = tmp_path / "run"
+    proc = start(*long_run(tiny_overrides, run), "save_every=1", cwd=tmp_path)
+    wait_for_step(proc, run, 2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    done = max(int(p.name[5:]) for p in (run / "checkpoints").glob("step-*"))
+    assert done >= 1 and not (run / rundir.LOCK).exists()
+    assert not list((run / "checkpoints").glob(".tmp-*"))  # nor a checkpoint cut short
+    code = main([*long_run(tiny_overrides, run), f"steps={done + 1}", "save_every=1", "resume=true"])
+    assert code == 0, capsys.readouterr().err
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, *range(1, done + 2)]
+
+
+def test_sigkill_before_the_first_checkpoint_then_rerun(tmp_path, tiny_overrides, capsys):
+    """SIGKILL cannot clean up; a rerun into the folder it left (with or without resume=true)
+    starts afresh."""
+    run = tmp_path / "run"
+    proc = start(*long_run(tiny_overrides, run), cwd=tmp_path)
+    wait_for_step(proc, run, 1)
+    proc.kill()
+    proc.communicate(timeout=600)
+    assert {p.name for p in run.iterdir()} <= rundir.OWN and (run / rundir.LOCK).exists()
+    shutil.copytree(run, tmp_path / "copy")
+    for folder, extra in [(run, []), (tmp_path / "copy", ["resume=true"])]:
+        code = main(["train", *tiny_overrides, f"output_dir={folder}", *extra])
+        assert code == 0, capsys.readouterr().err
+        assert [json.loads(l)["step"] for l in (folder / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+        assert (folder / "checkpoints" / "step-000002").is_dir() and not (folder / rundir.LOCK).exists()
+
+
+def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, capsys):
+    """The first run is held at its first scoring until the second has been refused."""
+    run, gate = tmp_path / "run", tmp_path / "gate"
+    first = start("train", *tiny_overrides, "rewards=[rewards_for_tests:gated]", "reward_workers=0", "steps=3", cwd=tmp_path,
+                  PODSRL_TEST_GATE=str(gate))
+    wait_for_step(first, run, 0)
+    for extra in ([], ["resume=true"]):
+        code, err = cli(capsys, "train", *tiny_overrides, *extra)
+        assert_one_error(code, err, f"output_dir {run} is in use by another run (pid {first.pid})")
+    gate.touch()
+    _, first_err = first.communicate(timeout=600)
+    assert first.returncode == 0, first_err[-3000:]
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-000003"]
