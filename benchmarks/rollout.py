@@ -1,7 +1,11 @@
-"""Rollout throughput: the HF engine with and without the shared prompt prefill, and vLLM where a
-GPU and vLLM are present, on the same prompts and the same device, side by side.
+"""Rollout throughput of the HF engine's settings, and vLLM where a GPU and vLLM are present, on
+the same prompts and the same device, side by side; ratios against the first row, the engine's
+former default (transformers' generate with the shared prompt prefill, 128 rows per call).
 
     python benchmarks/rollout.py [--prompts 4] [--n 32] [--tokens 12] [model.name_or_path=...]
+
+A model that stops early (a trained checkpoint) shows what dropping finished rows saves; the
+untrained model mostly runs to the token limit.
 """
 
 from __future__ import annotations
@@ -46,8 +50,12 @@ def main() -> None:
     prompts = [chat_prompt(tokenizer, task.system_prompt, p.question) for _, p in zip(range(args.prompts), task.train(0))]
     print(f"{args.prompts} prompts x {args.n} rollouts, up to {args.tokens} new tokens, on {device}")
     results = {}
-    for name, engine in [("hf, shared prompt prefill", HFEngine(model, tokenizer, batch_size=256, share_prompt_cache=True)),
-                         ("hf, prefill per rollout", HFEngine(model, tokenizer, batch_size=256, share_prompt_cache=False))]:
+    for name, engine in [
+        ("generate, shared, 128/call", HFEngine(model, tokenizer, batch_size=128, decoder="generate")),
+        ("generate, per rollout", HFEngine(model, tokenizer, share_prompt_cache=False, decoder="generate")),
+        ("loop, per rollout", HFEngine(model, tokenizer, share_prompt_cache=False)),
+        ("loop, shared (default)", HFEngine(model, tokenizer)),
+    ]:
         results[name] = timed(engine, prompts, args.n, args.tokens)
     if device == "cuda":
         try:
@@ -57,9 +65,10 @@ def main() -> None:
             results["vllm"] = timed(VLLMEngine(model, tokenizer, c.rollout), prompts, args.n, args.tokens)
         except Exception as e:  # noqa: BLE001 (report and keep the HF figures)
             print(f"vllm: not measured ({type(e).__name__}: {e})")
-    base = results["hf, prefill per rollout"][0]
+    base = next(iter(results.values()))
+    base_rate = base[1] / base[0]
     for name, (seconds, tokens) in results.items():
-        print(f"{name:<28} {seconds:7.2f} s  {tokens / seconds:8.0f} tokens/s  {base / seconds:5.2f}x")
+        print(f"{name:<28} {seconds:7.2f} s  {tokens:6d} tokens  {tokens / seconds:8.0f} tokens/s  {tokens / seconds / base_rate:5.2f}x")
 
 
 if __name__ == "__main__":

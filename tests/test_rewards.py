@@ -151,6 +151,11 @@ def test_builtin_rewards_follow_trl_convention():
     assert REWARDS["accuracy"](completions=comps, answer=["4"] * 3) == [1.0, 1.0, 0.0]
     assert REWARDS["format"](completions=comps) == [1.0, 0.0, 0.0]
     assert REWARDS["number_only"](completions=comps) == [0.0, 1.0, 1.0]
+    # conversational data sets: TRL passes each completion as a list of messages
+    chat = [[{"role": "assistant", "content": c}] for c in comps]
+    assert REWARDS["accuracy"](prompts=[[{"role": "user", "content": "2+2"}]] * 3, completions=chat,
+                               completion_ids=[[1]] * 3, answer=["4"] * 3, trainer_state=None) == [1.0, 1.0, 0.0]
+    assert REWARDS["format"](completions=chat) == [1.0, 0.0, 0.0]
 
 
 def test_accuracy_reward_is_bounded_when_called_directly():

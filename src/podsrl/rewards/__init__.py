@@ -45,8 +45,17 @@ def per_completion(spec: PerCompletion) -> Callable[[RewardFn], RewardFn]:
     return attach
 
 
-def score_per_completion(spec: PerCompletion, completions: list[str], **columns) -> list[float]:
+def completion_text(completion) -> str:
+    """A completion's text: as given, or the contents of a conversational completion's messages
+    (TRL passes ``[{"role": "assistant", "content": ...}]`` for chat data sets)."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m["content"] if isinstance(m.get("content"), str) else "" for m in completion)
+
+
+def score_per_completion(spec: PerCompletion, completions: list, **columns) -> list[float]:
     """``spec`` over a batch: the fast part here, the undecided rest on the pool."""
+    completions = [completion_text(c) for c in completions]
     rows = [tuple(columns[k][i] for k in spec.columns) for i in range(len(completions))]
     values = [spec.fast(c, *row) for c, row in zip(completions, rows)]
     pending = [i for i, v in enumerate(values) if v is None]
