@@ -175,7 +175,8 @@ def test_per_completion_tensors_stay_with_their_rows(make_trainer, loss_type):
 def test_two_processes_select_per_group_with_the_batch_std_over_both(tiny_model_dir, tmp_path):
     """accelerate launch, 2 processes (gloo), each holding one group of n = 4 per step, m = 2,
     scale_rewards="batch": the std is over the selected rewards of both processes."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), "HF_HUB_OFFLINE": "1"}
+    path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
     run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                           str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"),
                           str(REPO / "tests" / "trl_distributed_worker.py"), tiny_model_dir, str(tmp_path)],
@@ -258,7 +259,7 @@ def test_trainer_needs_a_pods_config(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.parametrize("version,supported", [("1.16.0", True), ("1.16.3", True), ("1.15.0", False),
-                                               ("1.17.0", False), ("0.24.0", False)])
+                                               ("1.17.0", False), ("0.24.0", False), ("unknown", False)])
 def test_trl_version_check(version, supported):
     if supported:
         pods_trl.check_trl_version(version)

@@ -16,6 +16,11 @@ One generation batch, after TRL has generated and scored it (``_generate_and_sco
 
 Every process holds whole groups (checked at construction), so selection needs no communication
 beyond the reward gather TRL already does. Evaluation is TRL's, over all generations.
+
+Two TRL methods are overridden: ``_calculate_rewards``, only to keep the reward matrix it gathers
+(``_generate_and_score_completions`` does not return it), and ``_generate_and_score_completions``,
+which runs TRL's and then steps 1 to 5. Everything downstream (buffering, shuffling, splitting,
+the loss and its variants, logging) is TRL's, fed the smaller batch.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 import trl
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 from torch import Tensor
 
 from podsrl.advantages import group_advantages
@@ -38,7 +43,11 @@ SUPPORTED_TRL_RANGE = f"trl>={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]}"
 def check_trl_version(version: str) -> None:
     """Refuse a TRL version this integration was not tested with: it overrides TRL internals."""
     low, high = SUPPORTED_TRL
-    if not low <= Version(version) < high:
+    try:
+        supported = low <= Version(version) < high
+    except InvalidVersion:
+        supported = False
+    if not supported:
         raise ImportError(
             f"podsrl.integrations.trl supports {SUPPORTED_TRL_RANGE} (the versions it is tested with); "
             f"found trl {version}. Install a supported one: pip install 'podsrl[trl]'"
