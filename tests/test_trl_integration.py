@@ -90,12 +90,14 @@ OBJECTIVES = {"max_variance": population_variance, "max_reward": sum}
 
 
 @pytest.mark.parametrize(
-    "rule,n,m,per_device,accumulation",
-    [("max_variance", 8, 3, 16, 1), ("max_reward", 8, 3, 16, 1), ("max_variance", 4, 2, 4, 2)],
+    "rule,n,m,per_device,accumulation,lora",
+    [("max_variance", 8, 3, 16, 1, False), ("max_reward", 8, 3, 16, 1, False), ("max_variance", 4, 2, 4, 2, False),
+     ("max_variance", 8, 3, 16, 1, True)],
 )
-def test_loss_receives_only_the_selected_completions(make_trainer, rule, n, m, per_device, accumulation):
+def test_loss_receives_only_the_selected_completions(make_trainer, rule, n, m, per_device, accumulation, lora):
     rec = Recorder()
-    trainer = make_trainer(PODSTrainer, rec.reward, num_generations=n, pods_m=m, pods_rule=rule,
+    peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM") if lora else None
+    trainer = make_trainer(PODSTrainer, rec.reward, num_generations=n, pods_m=m, pods_rule=rule, peft_config=peft,
                            per_device_train_batch_size=per_device, gradient_accumulation_steps=accumulation)
     rec.attach(trainer).train()
     steps_per_generation = accumulation  # TRL's default
@@ -127,12 +129,29 @@ def test_loss_receives_only_the_selected_completions(make_trainer, rule, n, m, p
     assert len(logs) == 2 and all("reward" in row for row in logs)  # all n (TRL's) and the selected m
 
 
-@pytest.mark.parametrize("scale,lora", [("group", False), ("batch", False), ("none", False), ("group", True)])
-def test_m_equal_to_n_updates_like_grpo(make_trainer, scale, lora):
+def first_token_mod_3(completion_ids, **_):
+    """A second reward, declining (None) the completions that end in an even token id."""
+    return [None if ids[-1] % 2 == 0 else float(ids[0] % 3) for ids in completion_ids]
+
+
+@pytest.mark.parametrize(
+    "scale,lora,aggregation",
+    [("group", False, "sum_then_normalize"), ("batch", False, "sum_then_normalize"),
+     ("none", False, "sum_then_normalize"), ("group", True, "sum_then_normalize"),
+     ("group", False, "normalize_then_sum")],
+)
+def test_m_equal_to_n_updates_like_grpo(make_trainer, scale, lora, aggregation):
+    unscorable = []  # completions that no reward function scores: TRL leaves them out of the statistics
+
+    def varied_or_none(completions, completion_ids, **_):
+        unscorable.extend(ids[-1] % 4 == 0 for ids in completion_ids)
+        return [None if ids[-1] % 4 == 0 else v for ids, v in zip(completion_ids, varied(completions, completion_ids))]
+
     peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM") if lora else None
     # SGD: Adam's first steps move every weight by about lr whatever its gradient's size, so rounding
     # noise (TRL's nanstd and torch.std differ in the last bit) would look like a different update
-    common = dict(num_generations=4, per_device_train_batch_size=8, scale_rewards=scale, peft_config=peft, optim="sgd")
+    common = dict(num_generations=4, per_device_train_batch_size=8, scale_rewards=scale, peft_config=peft, optim="sgd",
+                  reward=[varied_or_none, first_token_mod_3], reward_weights=[1.0, 0.5], multi_objective_aggregation=aggregation)
     grpo = make_trainer(GRPOTrainer, **common)
     before = {k: v.clone() for k, v in grpo.model.named_parameters()}
     grpo.train()
@@ -144,6 +163,7 @@ def test_m_equal_to_n_updates_like_grpo(make_trainer, scale, lora):
     assert moved and (all("lora_" in k for k in moved) if lora else True)  # LoRA: only the adapter trains
     for k in a:
         assert torch.allclose(a[k], b[k], rtol=0, atol=1e-7), (k, (a[k] - b[k]).abs().max())
+    assert any(unscorable)
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])
@@ -226,7 +246,6 @@ def test_subset_advantages_follow_trl_formula():
         (dict(pods_m=None), "pods_m must be an integer"),
         (dict(pods_m=2.0), "pods_m must be an integer"),
         (dict(pods_rule="best"), "unknown pods_rule 'best'"),
-        (dict(multi_objective_aggregation="normalize_then_sum"), "multi_objective_aggregation"),
         # 8 completions per generation batch hold 2 groups of 4; 2 x 3 kept do not split into 4 micro-batches
         (dict(num_generations=4, pods_m=3, per_device_train_batch_size=2, gradient_accumulation_steps=4),
          "do not split into steps_per_generation = 4 equal micro-batches"),

@@ -8,7 +8,8 @@ and training on m of them (Xu et al., 2025, arXiv 2504.13818).
 One generation batch, after TRL has generated and scored it (``_generate_and_score_completions``):
   1. the weighted sum of the reward functions, per completion, over every process: ``[G, n]``;
   2. ``podsrl.downsample.select`` keeps m per group (max-variance: the k highest plus m − k lowest);
-  3. advantages over each group's m selected rewards, with TRL's ``scale_rewards`` semantics;
+  3. advantages over the m selected of each group, with TRL's ``scale_rewards`` and
+     ``multi_objective_aggregation`` semantics;
   4. every per-completion tensor shrinks to this process's selected rows, so TRL's shuffle, its
      split into ``steps_per_generation`` micro-batches and the loss see only those; the token count
      that normalises ``dapo``/``cispo``/``vespo`` is recounted over them;
@@ -91,11 +92,6 @@ def check_pods_config(args: PODSConfig) -> None:
         )
     if args.pods_rule not in RULES:
         raise ValueError(f"unknown pods_rule {args.pods_rule!r}; known: {', '.join(sorted(RULES))}")
-    if args.multi_objective_aggregation != "sum_then_normalize":
-        raise ValueError(
-            f"multi_objective_aggregation={args.multi_objective_aggregation!r} is not supported with down-sampling: "
-            "PODS selects on the weighted sum of the rewards; use 'sum_then_normalize' (TRL's default)"
-        )
     per_process = args.per_device_train_batch_size * args.steps_per_generation
     if per_process % n:
         raise ValueError(
@@ -166,7 +162,7 @@ class PODSTrainer(GRPOTrainer):
 
         keep = select(_unscorable_to_group_mean(groups), m, self.args.pods_rule, self._selection_generator())  # [G, m]
         chosen = groups.gather(1, keep)  # [G, m]
-        advantages = subset_advantages(chosen, self.scale_rewards)  # [G, m]
+        advantages = self._advantages(per_func.float().cpu(), keep, chosen)  # [G, m]
 
         # This process holds groups [rank * local, (rank + 1) * local) of the gathered batch.
         local = output["prompt_ids"].shape[0] // n
@@ -178,6 +174,20 @@ class PODSTrainer(GRPOTrainer):
         output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         self._log_selection(chosen, keep, advantages)
         return output
+
+    def _advantages(self, per_func: Tensor, keep: Tensor, chosen: Tensor) -> Tensor:
+        """TRL's advantages of the selected completions ``[G, m]``. ``sum_then_normalize``: the
+        weighted sum, normalised per group as ``scale_rewards`` says. ``normalize_then_sum`` (GDPO):
+        each reward function normalised per group, the weighted sum of those, normalised over the
+        generation batch (TRL ignores ``scale_rewards`` there)."""
+        if self.multi_objective_aggregation == "sum_then_normalize":
+            return subset_advantages(chosen, self.scale_rewards)
+        (G, m), F = keep.shape, per_func.shape[1]
+        selected = per_func.view(G, -1, F).gather(1, keep.unsqueeze(-1).expand(G, m, F))  # [G, m, F]
+        normalised = torch.stack([subset_advantages(selected[..., f], "group") for f in range(F)], -1)
+        summed = (normalised * self.reward_weights.cpu()).sum(-1)  # [G, m]
+        summed[chosen.isnan()] = math.nan  # unscorable: left out of the batch statistics
+        return subset_advantages(summed.view(1, -1), "group").view(G, m)
 
     def _selection_generator(self) -> torch.Generator:
         """Same seed on every process, new for every generation batch (used by the ``random`` rule)."""
