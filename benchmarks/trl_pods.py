@@ -66,7 +66,8 @@ def run(method: str, a: argparse.Namespace) -> dict:
         output_dir=os.path.join(a.workdir, method), report_to="none", bf16=False, use_cpu=device.type == "cpu",
         num_generations=a.n, per_device_train_batch_size=a.prompts * a.n, gradient_accumulation_steps=1,
         max_completion_length=a.max_new_tokens, temperature=a.temperature, learning_rate=a.lr,
-        loss_type=a.loss_type, gradient_checkpointing=a.gradient_checkpointing, max_steps=10**6, logging_steps=1, save_strategy="no", seed=a.seed, disable_tqdm=True,
+        loss_type=a.loss_type, gradient_checkpointing=a.gradient_checkpointing, max_steps=10**6, logging_steps=1,
+        save_strategy="no", seed=a.seed, disable_tqdm=True,
     )
     if method == "pods":
         args, trainer_class = PODSConfig(**common, pods_m=a.m), PODSTrainer

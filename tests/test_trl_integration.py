@@ -151,7 +151,8 @@ def test_m_equal_to_n_updates_like_grpo(make_trainer, scale, lora, aggregation):
     # SGD: Adam's first steps move every weight by about lr whatever its gradient's size, so rounding
     # noise (TRL's nanstd and torch.std differ in the last bit) would look like a different update
     common = dict(num_generations=4, per_device_train_batch_size=8, scale_rewards=scale, peft_config=peft, optim="sgd",
-                  reward=[varied_or_none, first_token_mod_3], reward_weights=[1.0, 0.5], multi_objective_aggregation=aggregation)
+                  reward=[varied_or_none, first_token_mod_3], reward_weights=[1.0, 0.5],
+                  multi_objective_aggregation=aggregation)
     grpo = make_trainer(GRPOTrainer, **common)
     before = {k: v.clone() for k, v in grpo.model.named_parameters()}
     grpo.train()
@@ -180,7 +181,8 @@ def test_per_completion_tensors_stay_with_their_rows(make_trainer, loss_type):
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
         mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
         with torch.no_grad():
-            logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, inputs["completion_ids"].shape[1])
+            width = inputs["completion_ids"].shape[1]
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, width)
         keep = inputs["completion_mask"].bool()
         for key in ("old_per_token_logps", "ref_per_token_logps"):
             checked.append(torch.allclose(inputs[key][keep], logps[keep], atol=1e-5))

@@ -201,7 +201,8 @@ class PODSTrainer(GRPOTrainer):
         metrics["pods/selected_reward"].append(scorable.mean().item() if scorable.numel() else math.nan)
         metrics["pods/selected_reward_std"].append(scorable.std().item() if scorable.numel() > 1 else math.nan)
         spread = _nan_max(chosen) - _nan_min(chosen)  # [G]
-        metrics["pods/selected_frac_zero_std"].append((spread <= 0).float().mean().item())  # all equal (or none scorable)
+        # groups whose selected rewards are all equal (or none is scorable): no learning signal
+        metrics["pods/selected_frac_zero_std"].append((spread <= 0).float().mean().item())
         table = torch.full((chosen.shape[0], self.num_generations), math.nan).scatter(1, keep, advantages)
         logged = self._logs["advantages"]
         for _ in range(min(table.numel(), len(logged))):
