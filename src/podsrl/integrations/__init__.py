@@ -1,0 +1,1 @@
+"""PODS inside other training libraries: ``podsrl.integrations.trl`` (TRL's GRPOTrainer)."""

@@ -1,0 +1,298 @@
+"""PODSTrainer (TRL's GRPOTrainer with down-sampling) on a tiny random Llama, on the CPU.
+
+What reaches the loss is observed from outside the trainer: the reward function records every
+completion it scores (all n of each prompt) and a wrapper around TRL's ``_compute_loss`` records
+the inputs it receives. Selection is checked against brute force over the group's subsets and
+advantages against TRL's formula.
+"""
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from itertools import combinations
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("trl")
+
+from datasets import Dataset  # noqa: E402
+from peft import LoraConfig  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl.trainer.utils import nanstd  # noqa: E402
+
+from podsrl.integrations import trl as pods_trl  # noqa: E402
+from podsrl.integrations.trl import PODSConfig, PODSTrainer, check_pods_config, subset_advantages  # noqa: E402
+from conftest import REPO  # noqa: E402
+from rewards_for_tests import varied  # noqa: E402
+
+PROMPTS = [f"{a} + {b} =" for a in range(4) for b in range(4)]
+
+
+class Recorder:
+    """Sees a trainer from outside: the completions scored (all n) and the inputs of each loss call."""
+
+    def __init__(self):
+        self.scored = []  # per generation batch: [(prompt, completion ids, reward)]
+        self.losses = []  # per loss call: the inputs, on the CPU
+
+    def reward(self, prompts, completions, completion_ids, **_):
+        values = varied(completions, completion_ids)
+        self.scored.append(list(zip(prompts, map(tuple, completion_ids), values)))
+        return values
+
+    def attach(self, trainer):
+        inner = trainer._compute_loss
+
+        def spy(model, inputs):
+            self.losses.append({k: v.detach().cpu().clone() if torch.is_tensor(v) else v for k, v in inputs.items()})
+            return inner(model, inputs)
+
+        trainer._compute_loss = spy
+        return trainer
+
+
+@pytest.fixture
+def make_trainer(tiny_model_dir, tmp_path):
+    """Factory: a GRPOTrainer or PODSTrainer on a fresh copy of the tiny model."""
+
+    def make(cls, reward=varied, peft_config=None, **overrides):
+        config = PODSConfig if cls is PODSTrainer else GRPOConfig
+        options = dict(output_dir=str(tmp_path / cls.__name__), use_cpu=True, report_to="none", bf16=False,
+                       max_completion_length=6, learning_rate=1e-2, max_steps=2, logging_steps=1,
+                       save_strategy="no", seed=0, disable_tqdm=True)
+        args = config(**(options | overrides))
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir, padding_side="left")
+        return cls(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+                   processing_class=tokenizer, peft_config=peft_config)
+
+    return make
+
+
+def trained_ids(inputs):
+    return [tuple(ids[mask.bool()].tolist()) for ids, mask in zip(inputs["completion_ids"], inputs["completion_mask"])]
+
+
+def population_variance(values):
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / len(values)
+
+
+OBJECTIVES = {"max_variance": population_variance, "max_reward": sum}
+
+
+@pytest.mark.parametrize(
+    "rule,n,m,per_device,accumulation,lora",
+    [("max_variance", 8, 3, 16, 1, False), ("max_reward", 8, 3, 16, 1, False), ("max_variance", 4, 2, 4, 2, False),
+     ("max_variance", 8, 3, 16, 1, True)],
+)
+def test_loss_receives_only_the_selected_completions(make_trainer, rule, n, m, per_device, accumulation, lora):
+    rec = Recorder()
+    peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM") if lora else None
+    trainer = make_trainer(PODSTrainer, rec.reward, num_generations=n, pods_m=m, pods_rule=rule, peft_config=peft,
+                           per_device_train_batch_size=per_device, gradient_accumulation_steps=accumulation)
+    rec.attach(trainer).train()
+    steps_per_generation = accumulation  # TRL's default
+    assert len(rec.losses) == len(rec.scored) * steps_per_generation == 2 * accumulation
+    for b, scored in enumerate(rec.scored):
+        calls = rec.losses[b * steps_per_generation : (b + 1) * steps_per_generation]
+        completions = {ids: (prompt, r) for prompt, ids, r in scored}
+        assert len(completions) == len(scored) == per_device * steps_per_generation  # distinct: identifiable
+        groups = defaultdict(list)  # prompt -> [(reward, advantage)] of the completions the loss received
+        for inputs in calls:
+            assert len(trained_ids(inputs)) == per_device * m // n  # each micro-batch shrank from n to m per group
+            for ids, adv in zip(trained_ids(inputs), inputs["advantages"].tolist()):
+                prompt, r = completions[ids]
+                groups[prompt].append((r, adv))
+            # dapo (TRL's default loss) normalises by the tokens of the generation batch: the trained ones only
+            total_tokens = sum(int(c["completion_mask"].sum()) for c in calls)
+            assert int(inputs["num_items_in_batch"]) == total_tokens
+        assert len(groups) == len(scored) // n and all(len(g) == m for g in groups.values())
+        assert len({ids for c in calls for ids in trained_ids(c)}) == len(groups) * m  # no completion twice
+        for prompt, chosen in groups.items():
+            group_rewards = [r for p, _, r in scored if p == prompt]
+            rewards = [r for r, _ in chosen]
+            best = max(OBJECTIVES[rule](list(s)) for s in combinations(group_rewards, m))
+            assert OBJECTIVES[rule](rewards) == pytest.approx(best)  # the rule's optimum, by brute force
+            r = torch.tensor(rewards)
+            expected = (r - r.mean()) / (r.std() + 1e-4)  # TRL's advantages, over the m selected
+            assert torch.allclose(torch.tensor([a for _, a in chosen]), expected, atol=1e-5)
+    logs = [row for row in trainer.state.log_history if "pods/selected_reward" in row]
+    assert len(logs) == 2 and all("reward" in row for row in logs)  # all n (TRL's) and the selected m
+
+
+def first_token_mod_3(completion_ids, **_):
+    """A second reward, declining (None) the completions that end in an even token id."""
+    return [None if ids[-1] % 2 == 0 else float(ids[0] % 3) for ids in completion_ids]
+
+
+@pytest.mark.parametrize(
+    "scale,lora,aggregation",
+    [("group", False, "sum_then_normalize"), ("batch", False, "sum_then_normalize"),
+     ("none", False, "sum_then_normalize"), ("group", True, "sum_then_normalize"),
+     ("group", False, "normalize_then_sum")],
+)
+def test_m_equal_to_n_updates_like_grpo(make_trainer, scale, lora, aggregation):
+    unscorable = []  # completions that no reward function scores: TRL leaves them out of the statistics
+
+    def varied_or_none(completions, completion_ids, **_):
+        unscorable.extend(ids[-1] % 4 == 0 for ids in completion_ids)
+        return [None if ids[-1] % 4 == 0 else v for ids, v in zip(completion_ids, varied(completions, completion_ids))]
+
+    peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM") if lora else None
+    # SGD: Adam's first steps move every weight by about lr whatever its gradient's size, so rounding
+    # noise (TRL's nanstd and torch.std differ in the last bit) would look like a different update
+    common = dict(num_generations=4, per_device_train_batch_size=8, scale_rewards=scale, peft_config=peft, optim="sgd",
+                  reward=[varied_or_none, first_token_mod_3], reward_weights=[1.0, 0.5],
+                  multi_objective_aggregation=aggregation)
+    grpo = make_trainer(GRPOTrainer, **common)
+    before = {k: v.clone() for k, v in grpo.model.named_parameters()}
+    grpo.train()
+    pods = make_trainer(PODSTrainer, pods_m=4, **common)
+    pods.train()
+    a, b = dict(grpo.model.named_parameters()), dict(pods.model.named_parameters())
+    assert a.keys() == b.keys()
+    moved = [k for k in a if not torch.equal(a[k], before[k])]
+    assert moved and (all("lora_" in k for k in moved) if lora else True)  # LoRA: only the adapter trains
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=0, atol=1e-7), (k, (a[k] - b[k]).abs().max())
+    assert any(unscorable)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])
+def test_per_completion_tensors_stay_with_their_rows(make_trainer, loss_type):
+    """beta > 0 and steps_per_generation > gradient_accumulation_steps make TRL compute reference and
+    old-policy log-probabilities of all n at generation; at the first loss call the policy is still
+    the reference and the old policy, so both must equal the log-probabilities of the rows received."""
+    rec, checked = Recorder(), []
+    trainer = make_trainer(PODSTrainer, rec.reward, num_generations=4, pods_m=2, per_device_train_batch_size=4,
+                           steps_per_generation=2, beta=0.1, max_steps=1, loss_type=loss_type)
+    inner = trainer._compute_loss
+
+    def check(model, inputs):
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+        mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+        with torch.no_grad():
+            width = inputs["completion_ids"].shape[1]
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, width)
+        keep = inputs["completion_mask"].bool()
+        for key in ("old_per_token_logps", "ref_per_token_logps"):
+            checked.append(torch.allclose(inputs[key][keep], logps[keep], atol=1e-5))
+        return inner(model, inputs)
+
+    trainer._compute_loss = check
+    rec.attach(trainer).train()
+    assert checked == [True, True]
+    assert len(trained_ids(rec.losses[0])) == 2  # 2 groups of 4 generated, 2 x 2 kept, 2 micro-batches
+
+
+def test_two_processes_select_per_group_with_the_batch_std_over_both(tiny_model_dir, tmp_path):
+    """accelerate launch, 2 processes (gloo), each holding one group of n = 4 per step, m = 2,
+    scale_rewards="batch": the std is over the selected rewards of both processes."""
+    path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                          str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"),
+                          str(REPO / "tests" / "trl_distributed_worker.py"), tiny_model_dir, str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2] and ranks[0]["params"] == ranks[1]["params"]
+    for step in range(2):
+        chosen = []  # per rank: the rewards and advantages of the completions its loss received
+        for r in ranks:
+            scored, inputs = r["scored"][step], r["losses"][step]
+            assert len(scored) == 4 and len({p for p, _, _ in scored}) == 1  # one whole group per process
+            reward_of = {tuple(ids): value for _, ids, value in scored}
+            assert len(reward_of) == 4  # distinct completions: identifiable
+            rewards = [reward_of[tuple(ids)] for ids in inputs["completion_ids"]]
+            assert len(rewards) == 2 and population_variance(rewards) == pytest.approx(
+                max(population_variance(list(c)) for c in combinations(reward_of.values(), 2)))
+            chosen.append((torch.tensor(rewards), torch.tensor(inputs["advantages"])))
+        batch_std = torch.cat([rewards for rewards, _ in chosen]).std()
+        for rewards, adv in chosen:
+            assert torch.allclose(adv, (rewards - rewards.mean()) / (batch_std + 1e-4), atol=1e-5)
+
+
+def test_subset_advantages_follow_trl_formula():
+    g = torch.Generator().manual_seed(0)
+    r = torch.randint(0, 4, (6, 5), generator=g).float()
+    r[1, 2] = r[3, 0] = r[3, 4] = math.nan  # completions every reward function declined (None)
+    r[4] = torch.tensor([math.nan, math.nan, math.nan, math.nan, 2.0])  # one scorable completion
+    # TRL (sum_then_normalize): NaN-aware group mean; std per group or over the batch; 1e-4; NaN -> 0
+    centred = r - torch.nanmean(r, 1, keepdim=True)
+    expected = {
+        "group": centred / (nanstd(r, dim=1, keepdim=True) + 1e-4),
+        "batch": centred / (nanstd(r) + 1e-4),
+        "none": centred,
+    }
+    for scale, want in expected.items():
+        got = subset_advantages(r, scale)
+        assert torch.allclose(got, torch.nan_to_num(want, nan=0.0), atol=1e-5), scale
+        assert torch.equal(got[r.isnan()], torch.zeros(int(r.isnan().sum())))
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(pods_m=9), "pods_m must be an integer in 2..num_generations = 2..8"),
+        (dict(pods_m=1), "pods_m must be an integer in 2..num_generations"),
+        (dict(pods_m=None), "pods_m must be an integer"),
+        (dict(pods_m=2.0), "pods_m must be an integer"),
+        (dict(pods_rule="best"), "unknown pods_rule 'best'"),
+        # 8 completions per generation batch hold 2 groups of 4; 2 x 3 kept do not split into 4 micro-batches
+        (dict(num_generations=4, pods_m=3, per_device_train_batch_size=2, gradient_accumulation_steps=4),
+         "do not split into steps_per_generation = 4 equal micro-batches"),
+        # TRL's own check: a generation batch of 12 completions is not whole groups of 8
+        (dict(per_device_train_batch_size=12), "must be divisible by num_generations"),
+    ],
+)
+def test_bad_settings_are_refused_at_construction(tmp_path, overrides, message):
+    options = dict(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=8,
+                   per_device_train_batch_size=8, pods_m=4)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        PODSConfig(**(options | overrides))
+
+
+def test_groups_split_across_processes_are_refused():
+    # Two processes, 3 completions each per step: TRL's global batch of 6... holds whole groups of 2
+    # only if each process does; 3 per process with n = 2 would split a group between processes.
+    args = SimpleNamespace(num_generations=2, pods_m=2, pods_rule="max_variance",
+                           multi_objective_aggregation="sum_then_normalize",
+                           per_device_train_batch_size=3, steps_per_generation=1)
+    with pytest.raises(ValueError, match="each process must hold whole groups"):
+        check_pods_config(args)
+
+
+def test_trainer_needs_a_pods_config(tmp_path, tiny_model_dir):
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=4,
+                      per_device_train_batch_size=4)
+    with pytest.raises(ValueError, match="PODSConfig"):
+        PODSTrainer(model=tiny_model_dir, reward_funcs=varied, args=args)
+
+
+@pytest.mark.parametrize("version,supported", [("1.16.0", True), ("1.16.3", True), ("1.15.0", False),
+                                               ("1.17.0", False), ("0.24.0", False), ("unknown", False)])
+def test_trl_version_check(version, supported):
+    if supported:
+        pods_trl.check_trl_version(version)
+    else:
+        with pytest.raises(ImportError, match=r"supports trl>=1\.16,<1\.17"):
+            pods_trl.check_trl_version(version)
+
+
+def test_unsupported_trl_is_refused_at_import(monkeypatch):
+    import trl
+
+    monkeypatch.setattr(trl, "__version__", "1.15.0")
+    monkeypatch.delitem(sys.modules, "podsrl.integrations.trl")
+    with pytest.raises(ImportError, match=r"trl>=1\.16,<1\.17.*found trl 1\.15\.0"):
+        importlib.import_module("podsrl.integrations.trl")
