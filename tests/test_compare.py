@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from podsrl.compare import parse_methods, summarise, write_reports
+from podsrl.compare import bootstrap_speedup, parse_methods, summarise, write_reports
 from podsrl.config import load_config
 from podsrl.errors import PodsError
 
@@ -47,10 +47,27 @@ def test_summary_hand_computed(tmp_path):
     assert grpo["per_seed"][0]["scoring_s_per_step"] == pytest.approx(0.15) and grpo["scoring_s_per_step"] == pytest.approx(0.15)
     write_reports(tmp_path, s)
     table = (tmp_path / "summary.md").read_text()
-    assert "| pods | 0.575" in table and "| grpo-ga |" in table and "0.20 (0.20–0.20)" in table
-    assert "| score s/step |" in table and "| 1.5 | 0.15 | 4.0 | 120 |" in table
+    assert "| pods | 0.575" in table and "| grpo-ga |" in table and "| 4.00, 0.50 |" in table
+    assert "| score s/step |" in table and "| 20.0 | 1.5 | 0.15 | 4.0 | 120 |" in table
     assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["grpo-ga"]["speedup_vs_grpo"] == pytest.approx(0.2)
+
+
+def curve(*points):
+    return [{"train_seconds": t, "eval_accuracy": a} for t, a in points]
+
+
+def test_bootstrap_interval_of_the_speedup():
+    grpo = curve((0, 0.2), (10, 0.5), (20, 0.6))
+    fast = curve((0, 0.2), (5, 0.6))  # reaches GRPO's 0.6 at 5 s: 4x
+    never = curve((0, 0.2), (30, 0.3))
+    # identical seeds: every resample gives the headline
+    assert bootstrap_speedup([grpo] * 3, [fast] * 3) == (4.0, 4.0)
+    # one seed reaches GRPO's peak, the other never: a resample of the first seed twice (1 in 4)
+    # gives 4x, any other mean curve stays below 0.6 (speed-up 0)
+    low, high = bootstrap_speedup([grpo, grpo], [fast, never])
+    assert (low, high) == (0.0, 4.0)
+    assert bootstrap_speedup([grpo], [fast]) is None
 
 
 def test_methods_parse():

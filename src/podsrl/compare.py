@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import statistics
 from pathlib import Path
 
@@ -98,6 +99,32 @@ def mean_curve(curves: list[list[dict]], key: str = "train_seconds") -> list[tup
     return [(x, statistics.fmean(column)) for x, column in zip(grid, zip(*values))]
 
 
+def headline_speedup(grpo_curves: list[list[dict]], curves: list[list[dict]]) -> float:
+    """GRPO's time to its seed-mean peak over the method's time to reach it on its seed-mean curve;
+    0 where the method's mean curve never reaches it."""
+    grpo_curve = mean_curve(grpo_curves)
+    target = max(a for _, a in grpo_curve)
+    t = first_time_reaching(mean_curve(curves), target)
+    return first_time_reaching(grpo_curve, target) / t if t else 0.0
+
+
+def bootstrap_speedup(grpo_curves: list[list[dict]], curves: list[list[dict]], resamples: int = 2000,
+                      level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile interval of :func:`headline_speedup` over resampled seeds: each resample draws
+    seeds with replacement and takes the same seeds of GRPO and the method (paired: a seed is one
+    prompt order and one set of first evaluations). A resample where the method never reaches
+    GRPO's peak counts as speed-up 0. None with fewer than two seeds."""
+    if len(curves) < 2:
+        return None
+    rng = random.Random(0)
+    draws = sorted(
+        headline_speedup([grpo_curves[i] for i in idx], [curves[i] for i in idx])
+        for idx in ([rng.randrange(len(curves)) for _ in curves] for _ in range(resamples))
+    )
+    tail = (1 - level) / 2
+    return draws[int(tail * resamples)], draws[min(resamples - 1, int((1 - tail) * resamples))]
+
+
 def summarise(out: Path, methods: list[str], seeds: int) -> dict:
     """Per method: peak and final accuracy, time to reach GRPO's peak accuracy and the speed-up
     over GRPO, step costs, memory, and the spread over seeds.
@@ -128,20 +155,25 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
                 "train_seconds": steps[-1]["train_seconds"] if steps else 0.0,
                 "generation_s_per_step": _mean([r["generation_s"] for r in steps]),
                 "scoring_s_per_step": _mean([r.get("scoring_s") for r in steps]),
+                "step_s": _mean([r["train_seconds"] - p["train_seconds"] for p, r in zip(steps, steps[1:])]),
                 "update_s_per_step": _mean([r["update_s"] for r in steps]),
                 "update_peak_memory_mb": _max([r.get("update_peak_memory_mb") for r in steps]),
             })
         t_mean = (first_time_reaching(mean_curve([runs[m, p["seed"]][0] for p in per_seed]), target)
                   if per_seed and target is not None else None)
         speedups = [p["speedup_vs_grpo"] for p in per_seed if p["speedup_vs_grpo"] is not None]
+        ci = bootstrap_speedup([runs["grpo", p["seed"]][0] for p in per_seed], [runs[m, p["seed"]][0] for p in per_seed])
         summary["methods"][m] = {
             "peak_accuracy": _mean([p["peak_accuracy"] for p in per_seed]),
             "final_accuracy": _mean([p["final_accuracy"] for p in per_seed]),
             "time_to_grpo_peak_s": t_mean,
             "speedup_vs_grpo": (grpo_t / t_mean) if t_mean and grpo_t else None,
+            "speedup_vs_grpo_ci95": list(ci) if ci else None,
             "seeds_reaching_grpo_peak": len(speedups),
+            "fraction_of_seeds_reaching_grpo_peak": len(speedups) / len(per_seed) if per_seed else None,
             "generation_s_per_step": _mean([p["generation_s_per_step"] for p in per_seed]),
             "scoring_s_per_step": _mean([p["scoring_s_per_step"] for p in per_seed]),
+            "step_s": _mean([p["step_s"] for p in per_seed]),
             "update_s_per_step": _mean([p["update_s_per_step"] for p in per_seed]),
             "update_peak_memory_mb": _mean([p["update_peak_memory_mb"] for p in per_seed]),
             "spread": {
@@ -166,16 +198,17 @@ def markdown_table(summary: dict) -> str:
     lines = [
         f"GRPO's peak on its seed-mean curve: {fmt(summary.get('grpo_peak_accuracy'), '.3f')}, "
         f"reached at {fmt(summary.get('grpo_time_to_peak_s'), '.0f')} s of training.\n",
-        "| method | peak acc (mean ± std) | final acc | time to GRPO peak (s) | speed-up vs GRPO (per-seed range) | seeds reaching their GRPO peak | gen s/step | score s/step | update s/step | update peak MB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| method | peak acc (mean ± std) | final acc | time to GRPO peak (s) | speed-up vs GRPO [95% CI] | per-seed speed-ups | seeds reaching their GRPO peak | step s | gen s/step | score s/step | update s/step | update peak MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in summary["methods"].items():
-        sp = r["spread"]
-        speed = fmt(r["speedup_vs_grpo"], ".2f") + (f" ({fmt(sp['speedup_vs_grpo_min'], '.2f')}–{fmt(sp['speedup_vs_grpo_max'], '.2f')})" if sp["speedup_vs_grpo_min"] is not None else "")
+        sp, ci = r["spread"], r.get("speedup_vs_grpo_ci95")
+        speed = fmt(r["speedup_vs_grpo"], ".2f") + (f" [{fmt(ci[0], '.2f')}–{fmt(ci[1], '.2f')}]" if ci else "")
+        per_seed = ", ".join(fmt(p["speedup_vs_grpo"], ".2f") for p in r["per_seed"])
         lines.append(
             f"| {m} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(sp['peak_accuracy_std'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
-            f"{fmt(r['time_to_grpo_peak_s'], '.0f')} | {speed} | {r['seeds_reaching_grpo_peak']}/{len(r['per_seed'])} | "
-            f"{fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['scoring_s_per_step'], '.2f')} | "
+            f"{fmt(r['time_to_grpo_peak_s'], '.0f')} | {speed} | {per_seed} | {r['seeds_reaching_grpo_peak']}/{len(r['per_seed'])} | "
+            f"{fmt(r.get('step_s'), '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['scoring_s_per_step'], '.2f')} | "
             f"{fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"
         )
     return "\n".join(lines) + "\n"
