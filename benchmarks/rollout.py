@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--n", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=3, help="timings per engine (the best is kept)")
     args, overrides = parser.parse_known_args()
     c = load_config(None, overrides)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -50,13 +51,18 @@ def main() -> None:
     prompts = [chat_prompt(tokenizer, task.system_prompt, p.question) for _, p in zip(range(args.prompts), task.train(0))]
     print(f"{args.prompts} prompts x {args.n} rollouts, up to {args.tokens} new tokens, on {device}")
     results = {}
-    for name, engine in [
-        ("generate, shared, 128/call", HFEngine(model, tokenizer, batch_size=128, decoder="generate")),
-        ("generate, per rollout", HFEngine(model, tokenizer, share_prompt_cache=False, decoder="generate")),
-        ("loop, per rollout", HFEngine(model, tokenizer, share_prompt_cache=False)),
-        ("loop, shared (default)", HFEngine(model, tokenizer)),
-    ]:
-        results[name] = timed(engine, prompts, args.n, args.tokens)
+    engines = {
+        "generate, shared, 128/call": HFEngine(model, tokenizer, batch_size=128, decoder="generate"),
+        "loop, shared (default)": HFEngine(model, tokenizer),
+        "generate, per rollout": HFEngine(model, tokenizer, share_prompt_cache=False, decoder="generate"),
+        "loop, per rollout": HFEngine(model, tokenizer, share_prompt_cache=False),
+    }
+    runs = {name: [] for name in engines}
+    for _ in range(args.repeats):  # interleaved, so that a slow spell of the machine hits every engine
+        for name, engine in engines.items():
+            runs[name].append(timed(engine, prompts, args.n, args.tokens, repeats=1))
+    for name, measured in runs.items():
+        results[name] = min(measured)
     if device == "cuda":
         try:
             from podsrl.rollout.vllm import VLLMEngine

@@ -73,7 +73,7 @@ def test_loop_decoder_matches_generate(tiny_model_dir, share):
 
 
 def test_loop_decoder_stops_rows_at_their_end(tiny_model_dir):
-    """A row that has ended gets no more tokens, and later steps run only the rows still going."""
+    """A row that has ended gets no more tokens, and later steps run (nearly) only the rows still going."""
     tok = models.load_tokenizer(tiny_model_dir)
     model = models.load_model(tiny_model_dir)
     engine = HFEngine(model, tok, batch_size=64)
@@ -90,4 +90,6 @@ def test_loop_decoder_stops_rows_at_their_end(tiny_model_dir):
     assert lengths.min() < lengths.max()  # rows did end at different steps
     decode_steps = batch_sizes[1:]  # after the prompts' prefill
     assert decode_steps[0] == 32 and decode_steps == sorted(decode_steps, reverse=True) and decode_steps[-1] < 32
-    assert sum(decode_steps) == int(lengths.sum())  # one forward per generated token, no more
+    # rows that have ended leave once they are a quarter of the batch: a step's batch is less than
+    # 4/3 of its running rows, whose tokens add up to the completions' lengths
+    assert 3 * sum(decode_steps) < 4 * int(lengths.sum()) < 4 * 32 * len(decode_steps)

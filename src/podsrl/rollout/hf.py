@@ -60,7 +60,8 @@ def sample_rows(logits: torch.Tensor, seeds: torch.Tensor, position: int, temper
         probs = probs.scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
         probs = probs / probs.sum(-1, keepdim=True)
     u = row_uniforms(seeds.to(probs.device), position).to(probs.dtype)  # [B]
-    return (probs.cumsum(-1) < u.unsqueeze(-1)).sum(-1).clamp(max=probs.shape[-1] - 1)
+    token = torch.searchsorted(probs.cumsum(-1), u.unsqueeze(-1)).squeeze(-1)  # first token whose CDF >= u
+    return token.clamp(max=probs.shape[-1] - 1)
 
 
 def row_seed_tensor(seeds: list[int]) -> torch.Tensor:
@@ -87,8 +88,8 @@ class HFEngine:
     """Samples from the training model itself, so its weights are always current.
 
     Decoding (``decoder="loop"``): each prompt is prefilled once and its KV cache repeated for its
-    n rollouts; then one token per step for the rows still running, a row leaving the batch (and
-    its cache) as soon as it ends, so a step costs what its running rows cost. ``"generate"``
+    n rollouts; then one token per step, rows that have ended leaving the batch (and its cache),
+    so a step costs about what its running rows cost. ``"generate"``
     uses transformers' ``generate`` instead (every row runs until the last ends); it is also the
     fallback for models whose cache cannot drop rows.
     """
@@ -161,12 +162,15 @@ class HFEngine:
         return cache
 
     def _decode(self, ids, mask, temperature, max_new_tokens, seeds, cache) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token by token from the last prompt token on; finished rows leave the batch."""
+        """Token by token from the last prompt token on. Rows that have ended leave the batch (and
+        the cache) once they are a quarter of it: dropping rows copies the whole cache, so it is
+        done a few times per call rather than at every step where one row ends."""
         N, device = len(ids), ids.device
         seeds = seeds.to(device)
         tokens = torch.full((N, max_new_tokens), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
         eos = torch.tensor(self.eos_ids, device=device)
-        running = torch.arange(N, device=device)  # rows still generating
+        running = torch.arange(N, device=device)  # rows in the batch
+        ended = torch.zeros(N, dtype=torch.bool, device=device)  # of the rows in the batch
         current, attention = ids[:, -1], mask
         positions = position_ids(mask)[:, -1]
         steps = 0
@@ -174,17 +178,18 @@ class HFEngine:
             logits = self.model(input_ids=current[:, None], attention_mask=attention, position_ids=positions[:, None],
                                 past_key_values=cache, use_cache=True).logits[:, -1]  # [B, V]
             current = sample_rows(logits, seeds[running], t, temperature, self.top_p)
-            tokens[running, t] = current
+            tokens[running[~ended], t] = current[~ended]
             steps = t + 1
-            going = ~torch.isin(current, eos)
-            if not going.any():
+            ended |= torch.isin(current, eos)
+            if ended.all():
                 break
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)
             positions = positions + 1
-            if not going.all():
-                keep = going.nonzero().flatten()
+            if 4 * int(ended.sum()) >= len(running):
+                keep = (~ended).nonzero().flatten()
                 cache.batch_select_indices(keep)
-                running, current, attention, positions = running[keep], current[keep], attention[keep], positions[keep]
+                running, current, attention, positions, ended = (
+                    running[keep], current[keep], attention[keep], positions[keep], ended[keep])
         return mask_after_eos(tokens[:, :steps], self.eos_ids, self.tokenizer.pad_token_id)
 
     def _generate(self, ids, mask, temperature, max_new_tokens, seeds, cache=None) -> tuple[torch.Tensor, torch.Tensor]:
