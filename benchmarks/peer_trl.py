@@ -12,7 +12,8 @@ temperature 0.9. Each run is a fresh process; they run one after the other. Prin
     level before the update ("delta").
 
 Two comparisons: each side with its own defaults (TRL: bf16 autocast and gradient checkpointing;
-podsrl: fp32, no checkpointing), then both in fp32 without checkpointing.
+podsrl: fp32, no checkpointing), then both in fp32 without checkpointing; and podsrl with
+gradient checkpointing, the knob behind most of the memory TRL's defaults save.
 
     python benchmarks/peer_trl.py [--prompts 4] [--n 16] [--tokens 16] [--steps 6]
 """
@@ -33,6 +34,7 @@ RUNS = {  # name -> (side, settings)
     "podsrl, its defaults": ("podsrl", "defaults"),
     "TRL, fp32": ("trl", "fp32"),
     "podsrl, fp32": ("podsrl", "fp32"),
+    "podsrl, checkpointing": ("podsrl", "checkpointing"),
 }
 
 
@@ -53,6 +55,7 @@ def run_podsrl(args, settings: str) -> dict:
         "mode=grpo", f"n={args.n}", f"prompts_per_step={args.prompts}", f"steps={args.steps}",
         f"rollout.max_new_tokens={args.tokens}", "rollout.temperature=0.9", "lr=3e-5", "task.operations=+-*",
         f"task.digits={args.digits}", "task.test_size=1", "progress=false", f"output_dir={out}", "save_every=0",
+        *(["model.gradient_checkpointing=true"] if settings == "checkpointing" else []),
     ])
     train(c)
     rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl") if "update_s" in l]
@@ -164,11 +167,11 @@ def main() -> None:
         print(f"{name:<22} {r['step_s']:>8.2f} {r['tokens_per_s']:>14.0f} {r['update_peak_mb']:>15.0f} {r['update_delta_mb']:>9.0f}",
               flush=True)
     print()
-    for settings in ("defaults", "fp32"):
-        trl_run, ours = results.get(f"TRL, {'its defaults' if settings == 'defaults' else 'fp32'}"), \
-            results.get(f"podsrl, {'its defaults' if settings == 'defaults' else 'fp32'}")
+    for ours_name, trl_name in [("podsrl, its defaults", "TRL, its defaults"), ("podsrl, fp32", "TRL, fp32"),
+                                ("podsrl, checkpointing", "TRL, its defaults")]:
+        trl_run, ours = results.get(trl_name), results.get(ours_name)
         if trl_run and ours:
-            print(f"{settings}: podsrl / TRL step time {ours['step_s'] / trl_run['step_s']:.2f}x (target <= 0.75), "
+            print(f"{ours_name} / {trl_name}: step time {ours['step_s'] / trl_run['step_s']:.2f}x (target <= 0.75), "
                   f"rollout tok/s {ours['tokens_per_s'] / trl_run['tokens_per_s']:.2f}x, "
                   f"update peak {ours['update_peak_mb'] / trl_run['update_peak_mb']:.2f}x (target <= 1)")
     if args.json:

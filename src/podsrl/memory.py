@@ -1,8 +1,12 @@
 """Peak memory of one phase: CUDA's allocator peak on a GPU; on Linux CPUs the process's peak
-resident set (VmHWM), reset at the start of the phase through /proc/self/clear_refs."""
+resident set (VmHWM), reset at the start of the phase through /proc/self/clear_refs, after
+glibc has returned the heap memory it keeps from earlier phases (``malloc_trim``): otherwise the
+resident set counts blocks that were freed but not given back, more or less of them depending
+on what ran before."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 from pathlib import Path
 
@@ -17,6 +21,14 @@ def _rss_kib(field: str) -> int | None:
     except OSError:
         return None
     return int(match.group(1)) if match else None
+
+
+def _trim_heap() -> None:
+    """glibc's ``malloc_trim(0)``: give freed heap memory back to the system (a no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class PeakMemory:
@@ -34,6 +46,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._start = torch.cuda.memory_allocated(self.device) / 2**20
         else:
+            _trim_heap()
             try:
                 Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
                 self._start = (_rss_kib("VmRSS") or 0) / 1024
