@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny randomly initialised Llama with SmolLM2's tokenizer, and paths."""
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,14 @@ from podsrl.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def free_port() -> int:
+    """A TCP port free right now, so that launched process groups of concurrent tests (pytest -n)
+    do not meet at accelerate's default rendezvous port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def subprocess_env() -> dict:

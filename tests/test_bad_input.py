@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import subprocess_env
 from podsrl import models, rundir
 from podsrl.cli import main
 from podsrl.errors import PodsError
 from podsrl.rewards.scorer import Scorer
 
-TESTS = Path(__file__).parent
 
 
 def cli(capsys, *args) -> tuple[int, str]:
@@ -64,6 +64,24 @@ def gguf_files(tmp_path, monkeypatch):
     (tmp_path / "truncated.gguf").write_bytes(models.embedded_gguf().open("rb").read(1_000_000))
     (tmp_path / "text.gguf").write_text("not a model\n")
     return tmp_path
+
+
+def test_a_conversion_another_process_finished_first_is_used(tmp_path, monkeypatch):
+    """Processes started together (ranks, parallel test workers) convert the same GGUF at once;
+    the ones that finish last find the folder taken and use it instead of failing."""
+    monkeypatch.setenv("PODSRL_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "copy.gguf"
+    shutil.copyfile(models.embedded_gguf(), gguf)
+    real_replace = os.replace
+
+    def another_process_wins(src, dst):
+        shutil.copytree(src, dst)  # the other process's conversion lands first
+        real_replace(src, dst)  # then this one's rename fails: the folder is not empty
+
+    monkeypatch.setattr(models.os, "replace", another_process_wins)
+    target = models._plain_from_gguf(gguf)
+    assert (target / "config.json").exists()
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temporary folder left
 
 
 @pytest.mark.parametrize("command", ["train", "eval"])
@@ -242,7 +260,7 @@ def test_compare_restarts_a_run_folder_without_checkpoint_keeping_other_files(tm
 
 
 def start(*args, cwd: Path, **env) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(TESTS), **env}
+    env = {**subprocess_env(), **env}  # python -m podsrl, installed or not
     return subprocess.Popen([sys.executable, "-m", "podsrl", *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

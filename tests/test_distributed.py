@@ -7,7 +7,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, subprocess_env
+from conftest import REPO, free_port, subprocess_env
 
 WORKER = str(REPO / "tests" / "distributed_worker.py")
 
@@ -20,12 +20,14 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
               # sampled token can flip on rounding noise between the runs' (equal to ~1e-7)
               # weights; a cooler distribution keeps the comparison about the gradients
               "rollout.temperature=0.5"]
-    env = subprocess_env()
+    # both runs on the CPU (two processes on a one-GPU machine fall back to CPU ranks; the
+    # one-process run must not train on the GPU, whose rounding differs from the CPU's)
+    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": ""}
     one = subprocess.run([sys.executable, WORKER, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
                          env=env, capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                          str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), WORKER, str(tmp_path / "two.json"),
+    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
+                          "--config_file", str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), WORKER, str(tmp_path / "two.json"),
                           *common, f"output_dir={tmp_path / 'two'}"], env=env, capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
     a = json.loads((tmp_path / "one.json").read_text())

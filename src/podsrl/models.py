@@ -73,7 +73,11 @@ def _plain_from_gguf(gguf: Path) -> Path:
         try:
             plain.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-            os.replace(tmp, target)  # atomic: a half-written conversion is never found
+            try:
+                os.replace(tmp, target)  # atomic: a half-written conversion is never found
+            except OSError:
+                if not (target / "config.json").exists():
+                    raise  # else another process converted the same file first: use its copy
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:
