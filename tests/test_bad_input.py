@@ -19,7 +19,6 @@ from podsrl.errors import PodsError
 from podsrl.rewards.scorer import Scorer
 
 
-
 def cli(capsys, *args) -> tuple[int, str]:
     code = main(list(args))
     return code, capsys.readouterr().err

@@ -30,7 +30,7 @@ from trl.trainer.utils import nanstd  # noqa: E402
 
 from podsrl.integrations import trl as pods_trl  # noqa: E402
 from podsrl.integrations.trl import PODSConfig, PODSTrainer, check_pods_config, subset_advantages  # noqa: E402
-from conftest import REPO, free_port  # noqa: E402
+from conftest import REPO, free_port, subprocess_env  # noqa: E402
 from rewards_for_tests import varied  # noqa: E402
 
 PROMPTS = [f"{a} + {b} =" for a in range(4) for b in range(4)]
@@ -197,8 +197,7 @@ def test_per_completion_tensors_stay_with_their_rows(make_trainer, loss_type):
 def test_two_processes_select_per_group_with_the_batch_std_over_both(tiny_model_dir, tmp_path):
     """accelerate launch, 2 processes (gloo), each holding one group of n = 4 per step, m = 2,
     scale_rewards="batch": the std is over the selected rewards of both processes."""
-    path = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
+    env = {**subprocess_env(), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()), "--config_file",
                           str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"),
                           str(REPO / "tests" / "trl_distributed_worker.py"), tiny_model_dir, str(tmp_path)],
