@@ -61,7 +61,15 @@ def main() -> None:
         print(json.dumps(measure(json.loads(args.child))))
         return
     common = [f"n={args.n}", f"m={args.m}", f"prompts_per_step={args.prompts}", "progress=false", *overrides]
-    print(f"one update phase, n={args.n}, m={args.m}, {args.prompts} prompts; each in a fresh process")
+    from podsrl.config import load_config
+    from podsrl.errors import PodsError
+
+    try:
+        checkpointing = "on" if load_config(None, common).model.gradient_checkpointing else "off"
+    except PodsError as e:
+        sys.exit(f"memory.py: error: {e}")
+    print(f"one update phase, n={args.n}, m={args.m}, {args.prompts} prompts, gradient checkpointing {checkpointing}; "
+          "each in a fresh process")
     print(f"{'variant':<34} {'trained':>8} {'micro':>6} {'update MB':>10} {'peak RSS MB':>12} {'seconds':>8}")
     results = {}
     for name, extra in VARIANTS.items():

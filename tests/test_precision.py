@@ -34,3 +34,37 @@ def test_precision_errors_are_one_line(tmp_path, tiny_model_dir, args, message):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("podsrl: error:") and message in lines[0], result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("lora", [[], ["model.lora_r=4", "model.lora_alpha=8"]], ids=["full", "lora"])
+def test_gradient_checkpointing_recomputes_and_leaves_the_gradient(tiny_config, tmp_path, monkeypatch, lora):
+    """Checkpointing (on by default) runs each layer again in the backward and gives the gradient
+    of the plain computation; under LoRA the frozen base still passes gradients to the adapter."""
+    import podsrl.trainer as trainer
+    from podsrl.evaluate import chat_prompt
+
+    grads, mlp_calls = {}, {}
+    for on in (False, True):
+        c = tiny_config("mode=grpo", f"model.gradient_checkpointing={str(on).lower()}", *lora,
+                        f"output_dir={tmp_path / str(on)}")
+        s = trainer.setup(c)
+        if not on:
+            weights = {k: v.clone() for k, v in s.model.state_dict().items()}
+        else:  # the same starting point (LoRA's A is random)
+            s.model.load_state_dict(weights)
+        problems = [p for _, p in zip(range(2), s.task.train(0))]
+        prompts = [chat_prompt(s.tokenizer, s.system_prompt, p.question) for p in problems]
+        rollouts = s.engine.generate(prompts, 4, 1.0, 6, seeds=[1, 2])
+        chosen = trainer.down_sample(c, torch.tensor([[0.0, 1.0, 0.0, 0.5], [1.0, 0.0, 0.0, 0.0]]), step=1)
+        names, params = zip(*[(n, p) for n, p in s.model.named_parameters() if p.requires_grad])
+        monkeypatch.setattr(s.optimizer, "step", lambda: grads.__setitem__(on, [p.grad.clone() for p in params]))
+        mlp = next(m for m in s.model.modules() if type(m).__name__ == "LlamaDecoderLayer").mlp
+        calls, forward = [], mlp.forward  # (the recomputation does not run module hooks)
+        monkeypatch.setattr(mlp, "forward", lambda *a, **k: calls.append(1) or forward(*a, **k))
+        trainer.update(s, c, rollouts, chosen, step=1)
+        mlp_calls[on] = len(calls)
+    assert mlp_calls[True] == 2 * mlp_calls[False] > 0  # the forward, then the recomputation
+    assert len(grads[True]) == len(grads[False])
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[False], grads[True]))
+    # every trained tensor gets a gradient (but LoRA's A, whose gradient is 0 while B is 0)
+    assert all(g.abs().sum() > 0 for n, g in zip(names, grads[True]) if "lora_A" not in n)

@@ -28,7 +28,9 @@ class ModelConfig:
     lora_alpha: int = 16
     lora_dropout: float = 0.0
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = True
+    """Recompute each layer's activations in the backward instead of keeping them (TRL's default
+    too): a second forward per update for a fraction of the activation memory."""
     load_in_4bit: bool = False
     """NF4 base weights through bitsandbytes under LoRA (QLoRA); needs a CUDA GPU and
     ``pip install 'podsrl[qlora]'``."""

@@ -162,6 +162,16 @@ def add_lora(model: PreTrainedModel, r: int, alpha: int, dropout: float, target_
     return get_peft_model(model, config)
 
 
+def enable_checkpointing(model) -> None:
+    """Activation (gradient) checkpointing, non-reentrant, so that a frozen base under LoRA still
+    passes gradients to the adapter; transformers 5 renamed the method."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _first_line(e: Exception) -> str:
     text = str(e).strip() or type(e).__name__
     return text.splitlines()[0]

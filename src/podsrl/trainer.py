@@ -137,7 +137,7 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
     if resume_from is not None:
         load_weights(model, resume_from / "model", lora=c.model.lora_r > 0)
     if c.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        models.enable_checkpointing(model)
         model.config.use_cache = True  # generation still uses the cache
 
     params = [p for p in model.parameters() if p.requires_grad]
