@@ -33,6 +33,7 @@ RUNS = {  # name -> (side, settings)
     "podsrl, its defaults": ("podsrl", "defaults"),
     "TRL, fp32": ("trl", "fp32"),
     "podsrl, fp32": ("podsrl", "fp32"),
+    "podsrl, static cache": ("podsrl", "static"),  # its defaults with rollout.decoder=static
 }
 
 
@@ -54,6 +55,7 @@ def run_podsrl(args, settings: str) -> dict:
         f"rollout.max_new_tokens={args.tokens}", "rollout.temperature=0.9", "lr=3e-5", "task.operations=+-*",
         f"task.digits={args.digits}", "task.test_size=1", "progress=false", f"output_dir={out}", "save_every=0",
         *(["model.gradient_checkpointing=false"] if settings == "fp32" else []),
+        *(["rollout.decoder=static"] if settings == "static" else []),
     ])
     train(c)
     rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl") if "update_s" in l]
@@ -165,7 +167,8 @@ def main() -> None:
         print(f"{name:<22} {r['step_s']:>8.2f} {r['tokens_per_s']:>14.0f} {r['update_peak_mb']:>15.0f} {r['update_delta_mb']:>9.0f}",
               flush=True)
     print()
-    for ours_name, trl_name in [("podsrl, its defaults", "TRL, its defaults"), ("podsrl, fp32", "TRL, fp32")]:
+    for ours_name, trl_name in [("podsrl, its defaults", "TRL, its defaults"), ("podsrl, fp32", "TRL, fp32"),
+                                ("podsrl, static cache", "TRL, its defaults")]:
         trl_run, ours = results.get(trl_name), results.get(ours_name)
         if trl_run and ours:
             print(f"{ours_name} / {trl_name}: step time {ours['step_s'] / trl_run['step_s']:.2f}x (target <= 0.75), "

@@ -56,6 +56,7 @@ def main() -> None:
         "loop, shared (default)": HFEngine(model, tokenizer),
         "generate, per rollout": HFEngine(model, tokenizer, share_prompt_cache=False, decoder="generate"),
         "loop, per rollout": HFEngine(model, tokenizer, share_prompt_cache=False),
+        "static cache (compiled on GPU)": HFEngine(model, tokenizer, decoder="static"),
     }
     runs = {name: [] for name in engines}
     for _ in range(args.repeats):  # interleaved, so that a slow spell of the machine hits every engine

@@ -21,8 +21,11 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
               # weights; a cooler distribution keeps the comparison about the gradients
               "rollout.temperature=0.5"]
     # both runs on the CPU (two processes on a one-GPU machine fall back to CPU ranks; the
-    # one-process run must not train on the GPU, whose rounding differs from the CPU's)
-    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": ""}
+    # one-process run must not train on the GPU, whose rounding differs from the CPU's); one thread
+    # per process, so that the one-process run's kernels round as each rank's do (accelerate gives
+    # each CPU rank one thread; Adam turns a rounding difference in a near-zero gradient into a
+    # difference of up to lr in a weight)
+    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, WORKER, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
                          env=env, capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]

@@ -93,3 +93,17 @@ def test_loop_decoder_stops_rows_at_their_end(tiny_model_dir):
     # rows that have ended leave once they are a quarter of the batch: a step's batch is less than
     # 4/3 of its running rows, whose tokens add up to the completions' lengths
     assert 3 * sum(decode_steps) < 4 * int(lengths.sum()) < 4 * 32 * len(decode_steps)
+
+
+def test_static_cache_decoder_matches_loop(tiny_model_dir):
+    """generate with a static KV cache (compiled on a GPU) and padded prompts: the same rollouts."""
+    tok = models.load_tokenizer(tiny_model_dir)
+    model = models.load_model(tiny_model_dir)
+    prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
+    loop = HFEngine(model, tok, batch_size=8).generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
+    static = HFEngine(model, tok, batch_size=8, decoder="static").generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
+    assert static.prompt_ids.shape[1] % 16 == 0 and static.prompt_ids.shape[1] > loop.prompt_ids.shape[1]
+    assert torch.equal(static.completion_ids, loop.completion_ids) and static.texts == loop.texts
+    assert torch.equal(static.completion_mask, loop.completion_mask)
+    greedy = [HFEngine(model, tok, decoder=d).generate(prompts, 1, 0.0, 8) for d in ("loop", "static")]
+    assert torch.equal(greedy[0].completion_ids, greedy[1].completion_ids)

@@ -63,9 +63,10 @@ class RolloutConfig:
     """HF engine: sequences decoded together; default 1024 on a GPU, 128 on a CPU."""
     share_prompt_cache: bool = True
     """HF engine: prefill each prompt once and share its KV cache among its n rollouts."""
-    decoder: Literal["loop", "generate"] = "loop"
+    decoder: Literal["loop", "generate", "static"] = "loop"
     """HF engine: ``loop`` drops each row from the batch as soon as it ends; ``generate`` runs
-    transformers' generate (every row until the last one ends)."""
+    transformers' generate (every row until the last one ends); ``static``, generate with a static
+    KV cache, compiled with CUDA graphs on a GPU."""
     gpu_memory_utilization: float = 0.3
     """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains)."""
     sleep: bool = False

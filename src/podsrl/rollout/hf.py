@@ -91,7 +91,10 @@ class HFEngine:
     n rollouts; then one token per step, rows that have ended leaving the batch (and its cache),
     so a step costs about what its running rows cost. ``"generate"``
     uses transformers' ``generate`` instead (every row runs until the last ends); it is also the
-    fallback for models whose cache cannot drop rows.
+    fallback for models whose cache cannot drop rows. ``"static"``: ``generate`` with a static KV
+    cache, which transformers compiles on a GPU (CUDA graphs: one launch per decoding step, where a
+    small model is bound by kernel launches); prompts are padded to a multiple of 16 tokens, so
+    that few shapes are compiled, and each row is prefilled on its own.
     """
 
     def __init__(self, model, tokenizer, top_p: float = 1.0, batch_size: int | None = None,
@@ -119,7 +122,9 @@ class HFEngine:
         hands them to ``on_chunk``."""
         pad = self.tokenizer.pad_token_id
         device = next(self.model.parameters()).device
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        static = self.decoder == "static"
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False,
+                             pad_to_multiple_of=16 if static else None)
         prompt_ids = enc["input_ids"].repeat_interleave(n, 0).to(device)  # [N, P]
         prompt_mask = enc["attention_mask"].repeat_interleave(n, 0).to(device)
         was_training = self.model.training
@@ -131,10 +136,14 @@ class HFEngine:
         chunks, texts = [], []  # (completion ids, mask) of each generate call; decoded completions
         for first in range(0, len(prompts), per_call):
             rows = slice(first * n, (first + per_call) * n)
-            cache = self._prompt_cache(enc["input_ids"][first : first + per_call].to(device),
-                                       enc["attention_mask"][first : first + per_call].to(device), n)
-            decode = self._decode if self.decoder == "loop" and hasattr(cache, "batch_select_indices") else self._generate
-            ids, mask = decode(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, row_seeds[rows], cache)
+            if static:
+                ids, mask = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
+                                           row_seeds[rows], cache_implementation="static")
+            else:
+                cache = self._prompt_cache(enc["input_ids"][first : first + per_call].to(device),
+                                           enc["attention_mask"][first : first + per_call].to(device), n)
+                decode = self._decode if self.decoder == "loop" and hasattr(cache, "batch_select_indices") else self._generate
+                ids, mask = decode(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, row_seeds[rows], cache)
             chunks.append((ids, mask))
             texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
             if on_chunk is not None:
@@ -192,7 +201,8 @@ class HFEngine:
                     running[keep], current[keep], attention[keep], positions[keep], ended[keep])
         return mask_after_eos(tokens[:, :steps], self.eos_ids, self.tokenizer.pad_token_id)
 
-    def _generate(self, ids, mask, temperature, max_new_tokens, seeds, cache=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _generate(self, ids, mask, temperature, max_new_tokens, seeds, cache=None,
+                  cache_implementation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         if temperature <= 0:
             sampling = dict(do_sample=False)
         else:
@@ -201,6 +211,7 @@ class HFEngine:
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, past_key_values=cache,
             pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_ids, **sampling,
+            **({"cache_implementation": cache_implementation} if cache_implementation else {}),
         )
         # masked per call, before any padding: the pad token may be the EOS token
         return mask_after_eos(out[:, ids.shape[1] :], self.eos_ids, self.tokenizer.pad_token_id)
