@@ -1,6 +1,7 @@
 """podsrl compare: time-to-GRPO-peak arithmetic on hand-made curves; resume and extend."""
 
 import json
+import shutil
 
 import pytest
 
@@ -28,7 +29,14 @@ def test_summary_hand_computed(tmp_path):
     # grpo-ga never reaches GRPO's peak in seed 0
     write_run(tmp_path / "grpo-ga" / "seed-0", [(0, 0.2), (50, 0.5)])
     write_run(tmp_path / "grpo-ga" / "seed-1", [(0, 0.1), (50, 0.4)])
-    s = summarise(tmp_path, ["grpo", "pods", "grpo-ga"], 2)
+    # a method run on seed 1 alone is timed against GRPO's seed 1 (peak 0.4 at 10 s): it reaches
+    # 0.4 at 5 s (2x); against the two-seed peak, 0.45, it would count 8 s (1.25x)
+    write_run(tmp_path / "pods-part" / "seed-1", [(0, 0.1), (5, 0.42), (8, 0.5)])
+    s = summarise(tmp_path, ["grpo", "pods", "grpo-ga", "pods-part"], 2)
+    part = s["methods"]["pods-part"]
+    assert part["grpo_peak_accuracy_same_seeds"] == pytest.approx(0.4)
+    assert part["time_to_grpo_peak_s"] == 5 and part["speedup_vs_grpo"] == pytest.approx(2.0)
+    assert s["methods"]["pods"]["grpo_peak_accuracy_same_seeds"] == pytest.approx(0.45)
     pods, grpo, ga = s["methods"]["pods"], s["methods"]["grpo"], s["methods"]["grpo-ga"]
     # per seed, against the same seed's GRPO
     assert [p["speedup_vs_grpo"] for p in pods["per_seed"]] == [4.0, 0.5]
@@ -48,6 +56,7 @@ def test_summary_hand_computed(tmp_path):
     write_reports(tmp_path, s)
     table = (tmp_path / "summary.md").read_text()
     assert "| pods | 0.575" in table and "| grpo-ga |" in table and "| 4.00, 0.50 |" in table
+    assert "pods-part (seeds 1: GRPO's peak 0.400)" in table
     assert "| score s/step |" in table and "| 20.0 | 1.5 | 0.15 | 4.0 | 120 |" in table
     assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["grpo-ga"]["speedup_vs_grpo"] == pytest.approx(0.2)
@@ -94,3 +103,10 @@ def test_compare_runs_resumes_and_extends(tiny_model_dir, tmp_path):
     rows = [json.loads(l) for l in (out / "pods" / "seed-0" / "metrics.jsonl").read_text().splitlines()]
     assert longer["methods"]["pods"]["per_seed"][0]["steps"] > steps_before
     assert [r["step"] for r in rows if r["step"] == 0] == [0]  # the base evaluation was not redone
+    # committed results keep their metrics but not their checkpoints: still done, not retrained
+    metrics = (out / "pods" / "seed-0" / "metrics.jsonl").read_text()
+    for run in ("grpo", "pods"):
+        shutil.rmtree(out / run / "seed-0" / "checkpoints")
+    run_all(None, args, ["grpo,pods"], 1, 4 * spent / 60, out, 0.2)
+    assert (out / "pods" / "seed-0" / "metrics.jsonl").read_text() == metrics
+    assert not (out / "pods" / "seed-0" / "checkpoints").exists()
