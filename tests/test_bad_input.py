@@ -260,8 +260,11 @@ def test_compare_restarts_a_run_folder_without_checkpoint_keeping_other_files(tm
 
 def start(*args, cwd: Path, **env) -> subprocess.Popen:
     env = {**subprocess_env(), **env}  # python -m podsrl, installed or not
+    # Ctrl-C handled as at a terminal, even where the suite itself runs with SIGINT ignored (a
+    # background job of a non-interactive shell), which the child would inherit
     return subprocess.Popen([sys.executable, "-m", "podsrl", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for_step(proc: subprocess.Popen, run: Path, step: int) -> None:
