@@ -110,13 +110,21 @@ def mean_curve(curves: list[list[dict]], key: str = "train_seconds") -> list[tup
     return [(x, statistics.fmean(column)) for x, column in zip(grid, zip(*values))]
 
 
+def mean_peak(curves: list[list[dict]]) -> tuple[float | None, float | None]:
+    """The peak of the seed-mean curve and the first time it is reached; (None, None) without curves."""
+    if not curves:
+        return None, None
+    curve = mean_curve(curves)
+    peak = max(a for _, a in curve)
+    return peak, first_time_reaching(curve, peak)
+
+
 def headline_speedup(grpo_curves: list[list[dict]], curves: list[list[dict]]) -> float:
     """GRPO's time to its seed-mean peak over the method's time to reach it on its seed-mean curve;
     0 where the method's mean curve never reaches it."""
-    grpo_curve = mean_curve(grpo_curves)
-    target = max(a for _, a in grpo_curve)
+    target, grpo_t = mean_peak(grpo_curves)
     t = first_time_reaching(mean_curve(curves), target)
-    return first_time_reaching(grpo_curve, target) / t if t else 0.0
+    return grpo_t / t if t else 0.0
 
 
 def bootstrap_speedup(grpo_curves: list[list[dict]], curves: list[list[dict]], resamples: int = 2000,
@@ -147,9 +155,7 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
             if (out / m / f"seed-{s}" / "metrics.jsonl").exists()}
     grpo_peak = {s: max(e["eval_accuracy"] for e in runs["grpo", s][0]) for s in range(seeds) if ("grpo", s) in runs}
     grpo_time = {s: first_time_reaching(points(runs["grpo", s][0]), grpo_peak[s]) for s in grpo_peak}
-    grpo_curve = mean_curve([runs["grpo", s][0] for s in grpo_peak]) if grpo_peak else []
-    target = max((a for _, a in grpo_curve), default=None)
-    grpo_t = first_time_reaching(grpo_curve, target) if grpo_curve else None
+    target, grpo_t = mean_peak([runs["grpo", s][0] for s in grpo_peak])
     summary = {"methods": {}, "seeds": seeds, "grpo_peak_accuracy": target, "grpo_time_to_peak_s": grpo_t,
                "grpo_peak_accuracy_per_seed": grpo_peak}
     for m in methods:
@@ -171,12 +177,9 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
                 "update_peak_memory_mb": _max([r.get("update_peak_memory_mb") for r in steps]),
             })
         # against GRPO's mean over the method's own seeds (all of them, unless the method ran fewer)
-        same = [s for s in grpo_peak if any(p["seed"] == s for p in per_seed)]
-        grpo_same = mean_curve([runs["grpo", s][0] for s in same]) if same else []
-        target_m = max((a for _, a in grpo_same), default=None)
-        grpo_t_m = first_time_reaching(grpo_same, target_m) if grpo_same else None
+        target_m, grpo_t_m = mean_peak([runs["grpo", p["seed"]][0] for p in per_seed])
         t_mean = (first_time_reaching(mean_curve([runs[m, p["seed"]][0] for p in per_seed]), target_m)
-                  if per_seed and target_m is not None else None)
+                  if per_seed else None)
         speedups = [p["speedup_vs_grpo"] for p in per_seed if p["speedup_vs_grpo"] is not None]
         ci = bootstrap_speedup([runs["grpo", p["seed"]][0] for p in per_seed], [runs[m, p["seed"]][0] for p in per_seed])
         summary["methods"][m] = {
