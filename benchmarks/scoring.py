@@ -1,9 +1,11 @@
 """Scoring speed: podsrl's accuracy reward against plain serial math-verify, side by side.
 
 Builds, with a fixed seed, 1,024 GSM8K-style completions, 64 per prompt for 16 GSM8K test
-questions (correct, wrong, rambling, no answer, in several formats), and a second batch where
+questions (correct, wrong, rambling, no answer, in several formats), a second batch where
 about 1% of them are pathological (a factorial of 10^21, deeply nested parentheses, a power
-tower): completions small models really produce, on which math-verify stalls.
+tower): completions small models really produce, on which math-verify stalls; and a third where
+every completion goes on after its answer on the same line ("The answer is 42. I hope it is
+correct."), as small models do when they run to the token limit.
 
 Two paths score each batch:
   * serial math-verify: ``verify(parse(gold), parse(completion))`` per completion, math-verify's
@@ -36,8 +38,13 @@ PATHOLOGICAL = [
 ]
 
 
-def completions_for(question_gold: list[tuple[str, str]], per_prompt: int, rng: random.Random, pathological: float):
-    """``per_prompt`` completions for each (question, gold): a fixed mix of formats."""
+TAILS = ["I hope it is correct.", "Let me check: that makes sense", "We can stop here, since nothing is left to add"]
+
+
+def completions_for(question_gold: list[tuple[str, str]], per_prompt: int, rng: random.Random, pathological: float,
+                    tails: bool = False):
+    """``per_prompt`` completions for each (question, gold): a fixed mix of formats; with ``tails``,
+    every completion goes on after its answer on the same line ("The answer is 42. I hope ...")."""
     texts, golds, bad = [], [], []
     for _, gold in question_gold:
         g = int(gold)
@@ -54,6 +61,8 @@ def completions_for(question_gold: list[tuple[str, str]], per_prompt: int, rng: 
                 "I am not sure how to solve this problem.",
                 f"{steps} The final answer is {value:,}.",
             ])
+            if tails:
+                text = f"{steps} The answer is {value}. {rng.choice(TAILS)}"
             is_bad = rng.random() < pathological
             texts.append(rng.choice(PATHOLOGICAL) if is_bad else text)
             golds.append(gold)
@@ -126,8 +135,10 @@ def main() -> None:
     print(f"{'batch':<22} {'n':>5} {'bad':>5} {'serial s':>10} {'podsrl s':>10} {'speed-up':>9} "
           f"{'serial max':>10} {'podsrl max':>10} {'differ':>7}")
     results = []
-    for name, fraction, seed in [("typical", 0.0, 0), (f"{args.pathological:.0%} pathological", args.pathological, 1)]:
-        texts, golds, bad = completions_for(qa, args.per_prompt, random.Random(seed), fraction)
+    batches = [("typical", 0.0, 0, False), (f"{args.pathological:.0%} pathological", args.pathological, 1, False),
+               ("text after the answer", 0.0, 2, True)]
+    for name, fraction, seed, tails in batches:
+        texts, golds, bad = completions_for(qa, args.per_prompt, random.Random(seed), fraction, tails)
         results.append(run(name, texts, golds, bad))
     pool.shutdown()
     if args.json:

@@ -136,8 +136,14 @@ def fast_match(completion: str, gold: str) -> bool | None:
     if answer.strip() == gold.strip():
         return True
     g, p = as_number(gold), as_number(answer)
-    if g is None or p is None:
+    if g is None:
         return None
+    if p is None:
+        # math-verify also compares the last number of an answer with words or a percentage sign
+        # ("46. I hope it is correct"): where that number equals the gold, its verdict is True
+        words = _WORDS.search(answer) or "%" in answer
+        last = as_number(number) if words and (number := last_number(answer)) is not None else None
+        return True if last is not None and numbers_equal(g, last) else None
     # math-verify also compares the answer's last number, which drops a percentage sign
     return numbers_equal(g, p) or (p.percent and numbers_equal(g, p._replace(percent=False)))
 
