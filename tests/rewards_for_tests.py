@@ -79,3 +79,8 @@ def gated(completions, completion_ids, **_):
     while not Path(os.environ["PODSRL_TEST_GATE"]).exists():
         time.sleep(0.05)
     return varied(completions, completion_ids)
+
+
+def text_length(completions, **_):
+    """A deterministic reward of the text alone (so a logged completion can be re-scored)."""
+    return [float(len(c) % 5) / 4 for c in completions]

@@ -141,3 +141,28 @@ def test_zero_advantage_rollouts_skip_the_update_but_leave_the_gradient(tiny_con
     assert full["loss"] == pytest.approx(skip["loss"], abs=1e-6)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
     assert any(g.abs().sum() > 0 for g in grads[1])
+
+
+def test_log_completions_writes_the_first_rollouts_and_survives_resume(tiny_config, tmp_path):
+    """log_completions=6 with 2 prompts x n = 4: each step logs prompt 0's 4 rollouts and 2 of
+    prompt 1's. Rewards are re-scored here from the logged text; the selected rows are m = 2 per
+    full group with advantages of opposite signs (max variance, normalised over the pair);
+    a resumed run redoes the steps after its checkpoint without duplicating their lines."""
+    from rewards_for_tests import text_length
+
+    reward = "rewards=[rewards_for_tests:text_length]"
+    run = train(tiny_config("steps=2", "log_completions=6", reward, f"output_dir={tmp_path / 'logged'}"))
+    rows = [json.loads(l) for l in (run / "completions.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1] * 6 + [2] * 6
+    assert [r["reward"] for r in rows] == text_length([r["completion"] for r in rows])
+    for step in (1, 2):
+        group = [r for r in rows if r["step"] == step][:4]  # prompt 0's whole group
+        assert len({r["question"] for r in group}) == 1
+        picked = [r for r in group if r["selected"]]
+        assert len(picked) == 2 and all(r["advantage"] is None for r in group if not r["selected"])
+        if picked[0]["reward"] != picked[1]["reward"]:
+            assert picked[0]["advantage"] == pytest.approx(-picked[1]["advantage"]) != 0
+            assert max(r["reward"] for r in group) in [r["reward"] for r in picked]
+    resumed = train(tiny_config("steps=3", "resume=true", "log_completions=6", reward, f"output_dir={run}"))
+    steps = [json.loads(l)["step"] for l in (resumed / "completions.jsonl").read_text().splitlines()]
+    assert steps == [1] * 6 + [2] * 6 + [3] * 6

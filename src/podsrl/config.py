@@ -135,6 +135,9 @@ class Config:
     """Stop once the training clock (evaluation excluded) passes this many seconds (0: none)."""
     report_to: list[str] = field(default_factory=list)
     """accelerate trackers: tensorboard, wandb, trackio, ..."""
+    log_completions: int = 0
+    """Each step, write the first K rollouts (the first prompts' groups) with their rewards, whether
+    they were selected and their advantages to ``completions.jsonl`` in output_dir (0: off)."""
     progress: bool = True
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -207,6 +210,7 @@ def validate(c: Config) -> None:
     need(c.lr > 0 and c.rollout.max_new_tokens >= 1, "lr and rollout.max_new_tokens must be positive")
     need(c.rollout.temperature > 0, "rollout.temperature must be > 0 (RL needs sampled rollouts)")
     need(c.micro_batch_size is None or c.micro_batch_size >= 1, "micro_batch_size must be >= 1")
+    need(c.log_completions >= 0, "log_completions must be >= 0")
     need(c.model.lora_r >= 0, "model.lora_r must be >= 0")
     need(not c.model.load_in_4bit or c.model.lora_r > 0, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
     need(not (c.model.load_in_4bit and c.rollout.engine == "vllm"),

@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 LOCK = ".podsrl.lock"
 TRACKER_FOLDER = "podsrl"
 """accelerate's trackers log under ``<output_dir>/<project name>/``; the trainer names the project this."""
-OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "checkpoints",
+OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "completions.jsonl",
+       ".completions.jsonl.tmp", "checkpoints",
        TRACKER_FOLDER, ".aim"}
 """What podsrl writes into a run folder: the files, the checkpoints, the trackers' logs."""
 

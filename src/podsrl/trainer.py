@@ -273,11 +273,13 @@ def _train(s: Setup, c: Config) -> Path:
     out = s.output_dir
     if acc.is_main_process:
         write_atomic(out / "config.yaml", to_yaml(c))
-        truncate_metrics(out / "metrics.jsonl", s.start_step)
+        for log_file in ("metrics.jsonl", "completions.jsonl"):
+            truncate_metrics(out / log_file, s.start_step)
     acc.wait_for_everyone()
     if c.report_to:
         acc.init_trackers(rundir.TRACKER_FOLDER, config=_flat(to_dict(c)))
     metrics_file = open(out / "metrics.jsonl", "a") if acc.is_main_process else None
+    completions_file = open(out / "completions.jsonl", "a") if acc.is_main_process and c.log_completions else None
 
     if acc.is_main_process:
         log.info("training %s (%s) on %d process(es), %s; output in %s", c.model.name_or_path, c.mode,
@@ -289,17 +291,19 @@ def _train(s: Setup, c: Config) -> Path:
 
     bar = tqdm(total=c.steps, initial=s.start_step, disable=not (c.progress and acc.is_main_process), desc="train")
     try:
-        _loop(s, c, stream, metrics_file, bar, last_eval)
+        _loop(s, c, stream, metrics_file, completions_file, bar, last_eval)
     finally:  # a clean line for whatever is printed next, an error included
         bar.close()
         if metrics_file:
             metrics_file.close()
+        if completions_file:
+            completions_file.close()
     if c.report_to:
         acc.end_training()
     return out
 
 
-def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None) -> None:
+def _loop(s: Setup, c: Config, stream, metrics_file, completions_file, bar, last_eval: dict | None) -> None:
     acc = s.accelerator
     P_local = c.prompts_per_step // acc.num_processes
     rank = acc.process_index
@@ -347,6 +351,8 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
         if acc.is_main_process:
             metrics_file.write(json.dumps(_jsonable(record)) + "\n")
             metrics_file.flush()
+        if completions_file:  # this process's prompts: the main process's, the first of the step
+            _log_completions(completions_file, c, step, mine, rollouts.texts, rewards, chosen)
         if c.report_to:
             acc.log({k: v for k, v in record.items() if isinstance(v, (int, float)) and v is not None}, step=step)
         bar.update(1)
@@ -361,6 +367,20 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
             if acc.is_main_process:
                 metrics_file.write(json.dumps(_jsonable(record)) + "\n")
         save_checkpoint(s, step)
+
+
+def _log_completions(file, c: Config, step: int, problems: list, texts: list[str], rewards: torch.Tensor,
+                     chosen: Selected) -> None:
+    """The first ``c.log_completions`` rollouts of this step, one JSON line each."""
+    advantage = dict(zip(chosen.rows.tolist(), chosen.advantages.flatten().tolist()))
+    flat = rewards.flatten().tolist()
+    for row in range(min(c.log_completions, len(texts))):
+        problem = problems[row // c.n]
+        file.write(json.dumps({
+            "step": step, "question": problem.question, "answer": problem.answer, "completion": texts[row],
+            "reward": flat[row], "selected": row in advantage, "advantage": advantage.get(row),
+        }) + "\n")
+    file.flush()
 
 
 def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
