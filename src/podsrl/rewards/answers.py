@@ -138,11 +138,8 @@ def fast_match(completion: str, gold: str) -> bool | None:
     g, p = as_number(gold), as_number(answer)
     if g is None:
         return None
-    if p is None:
-        # math-verify also compares the last number of an answer with words or a percentage sign
-        # ("46. I hope it is correct"): where that number equals the gold, its verdict is True
-        words = _WORDS.search(answer) or "%" in answer
-        last = as_number(number) if words and (number := last_number(answer)) is not None else None
+    if p is None:  # "46. I hope it is correct": math-verify's verdict is True if its last number is the gold
+        last = as_number(number) if (number := _compared_last_number(answer)) is not None else None
         return True if last is not None and numbers_equal(g, last) else None
     # math-verify also compares the answer's last number, which drops a percentage sign
     return numbers_equal(g, p) or (p.percent and numbers_equal(g, p._replace(percent=False)))
@@ -190,7 +187,11 @@ def verify_answer(completion: str, gold: str) -> bool:
         return False
     if _verified(gold, answer):
         return True
-    if not (_WORDS.search(answer) or "%" in answer):
-        return False
-    number = last_number(answer)
+    number = _compared_last_number(answer)
     return number is not None and _verified(gold, number)
+
+
+def _compared_last_number(answer: str) -> str | None:
+    """The last number of an answer with words or a percentage sign ("42 apples", "60.0%"), which
+    is also compared with the gold (by verify_answer, and by fast_match where it equals it)."""
+    return last_number(answer) if _WORDS.search(answer) or "%" in answer else None
