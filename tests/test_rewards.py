@@ -42,6 +42,51 @@ def test_answer_matches(completion, gold, expected):
     assert answer_matches(completion, gold) is expected
 
 
+# completions the embedded model wrote while GRPO trained it on three-digit "a + b =" problems
+# with math-verify's verdict alone: each restates the question and was paid 1.0
+_RESTATEMENTS = [
+    ("To find the final answer, 409 + 83 = ", "492"),
+    ("To calculate the final answer, subtract 409 + 83 from", "492"),
+    ("Let's correct the previous answer: 904 + 210", "1114"),
+    ("The answer is 47 - 25", "22"),
+    ("\\boxed{3 \\times 4}", "12"),
+    ("The answer is 1.5 + 2", "3.5"),
+    ("\\boxed{-2 \\cdot 3}", "-6"),
+]
+
+
+@pytest.mark.parametrize("completion,gold", _RESTATEMENTS)
+def test_a_restated_computation_is_not_an_answer(completion, gold):
+    from math_verify import parse, verify
+
+    from podsrl.rewards.answers import extract_answer
+
+    # math-verify evaluates the restatement and counts it equal to the gold ...
+    assert verify(parse(f"${gold}$"), parse(f"${extract_answer(completion)}$"))
+    # ... the accuracy reward does not: the result has to be stated
+    assert accuracy_reward([completion], [gold]) == [0.0]
+    assert verify_answer(completion, gold) is False
+
+
+@pytest.mark.parametrize(
+    "completion,gold",
+    [
+        ("The answer is 409 + 83 = 492", "492"),  # the computation and its result
+        ("The answer is 22, since 47 - 25 = 22", "22"),
+        ("\\boxed{2\\sqrt{5}}", "\\sqrt{20}"),  # a number times a root is a simplified answer
+        ("\\boxed{-\\sqrt{2}}", "-\\sqrt{2}"),  # -x is a number, not arithmetic
+        ("\\boxed{-\\frac{6}{8}}", "-0.75"),
+        ("\\boxed{10^3}", "1000"),
+        ("\\boxed{50\\%}", "0.5"),
+        ("\\boxed{1+\\sqrt{2}}", "\\sqrt{2}+1"),
+        ("\\boxed{\\frac{3\\pi}{2}}", "\\frac{3}{2}\\pi"),
+        ("\\boxed{5 + 1}", "2 + 4"),  # a gold that is itself unevaluated keeps math-verify's rule
+    ],
+)
+def test_stated_results_and_simplified_forms_still_count(completion, gold):
+    assert accuracy_reward([completion], [gold]) == [1.0]
+
+
 def test_extract_answer_priority():
     assert extract_answer("Answer: 3 but \\boxed{5}") == "5"
     assert extract_answer("<answer> 7 </answer> then 9") == "7"
