@@ -72,6 +72,9 @@ def test_smoke_config_on_the_embedded_model(tmp_path):
     assert rows[0]["step"] == 0 and 0.0 <= rows[0]["eval_accuracy"] <= 1.0
     assert rows[-1]["step"] == 2 and "eval_accuracy" in rows[-1]
     assert (tmp_path / "run" / "checkpoints" / "step-000002" / "model" / "model.safetensors").exists()
-    evaluated = run("eval", str(REPO / "configs" / "smoke.yaml"),
+    evaluated = run("eval", str(REPO / "configs" / "smoke.yaml"), "log_completions=3",
                     f"model.name_or_path={tmp_path / 'run' / 'checkpoints' / 'step-000002' / 'model'}", cwd=tmp_path)
-    assert evaluated.returncode == 0 and '"accuracy"' in evaluated.stdout
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    report = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert 0.0 <= report["accuracy"] <= 1.0 and len(report["completions"]) == 3
+    assert all(isinstance(s["completion"], str) and isinstance(s["correct"], bool) for s in report["completions"])

@@ -243,3 +243,28 @@ def test_load_reward_errors():
         load_reward("nope")
     with pytest.raises(PodsError, match="cannot import"):
         load_reward("nope_module:fn")
+
+
+def test_evaluate_counts_stated_results_and_keeps_the_first_completions():
+    """Held-out evaluation with an engine that answers fixed texts: a stated result counts, a
+    restated question and a wrong result do not (2 of 4 correct), and ``keep`` returns the first
+    completions with their verdicts."""
+    from types import SimpleNamespace
+
+    from podsrl.evaluate import evaluate
+    from podsrl.tasks import Problem
+
+    problems = [Problem("409 + 83 =", "492"), Problem("7 * 8 =", "56"), Problem("9 - 4 =", "5"), Problem("2 + 2 =", "4")]
+    answers = {"409 + 83 =": "The answer is 492.", "7 * 8 =": "The answer is indeed 7 * 8",
+               "9 - 4 =": "9 - 4 = 5", "2 + 2 =": "The answer is 5."}
+
+    class Engine:
+        def generate(self, prompts, n, temperature, max_new_tokens):
+            return SimpleNamespace(texts=[answers[p.strip()] for p in prompts])
+
+    result = evaluate(Engine(), SimpleNamespace(chat_template=None), problems, None, 16, keep=3)
+    assert result.accuracy == 0.5
+    assert [(s["question"], s["completion"], s["correct"]) for s in result.samples] == [
+        ("409 + 83 =", "The answer is 492.", True), ("7 * 8 =", "The answer is indeed 7 * 8", False),
+        ("9 - 4 =", "9 - 4 = 5", True)]
+    assert evaluate(Engine(), SimpleNamespace(chat_template=None), problems, None, 16).samples == []

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 import podsrl.trainer as trainer
+from podsrl.tasks import task_from_config
 from podsrl.trainer import train
 
 
@@ -163,6 +164,15 @@ def test_log_completions_writes_the_first_rollouts_and_survives_resume(tiny_conf
         if picked[0]["reward"] != picked[1]["reward"]:
             assert picked[0]["advantage"] == pytest.approx(-picked[1]["advantage"]) != 0
             assert max(r["reward"] for r in group) in [r["reward"] for r in picked]
+    evals = [json.loads(l) for l in (run / "eval_completions.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in evals] == [0] * 4 + [2] * 4  # all 4 held-out problems, before and after
+    test_questions = [p.question for p in task_from_config(tiny_config().task).test]
+    assert [r["question"] for r in evals] == test_questions * 2
+    accuracy = {r["step"]: r["eval_accuracy"] for r in read_metrics(run) if "eval_accuracy" in r}
+    for step in (0, 2):
+        assert sum(r["correct"] for r in evals if r["step"] == step) / 4 == accuracy[step]
     resumed = train(tiny_config("steps=3", "resume=true", "log_completions=6", reward, f"output_dir={run}"))
     steps = [json.loads(l)["step"] for l in (resumed / "completions.jsonl").read_text().splitlines()]
     assert steps == [1] * 6 + [2] * 6 + [3] * 6
+    steps = [json.loads(l)["step"] for l in (resumed / "eval_completions.jsonl").read_text().splitlines()]
+    assert steps == [0] * 4 + [2] * 4 + [3] * 4

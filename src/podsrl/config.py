@@ -137,7 +137,9 @@ class Config:
     """accelerate trackers: tensorboard, wandb, trackio, ..."""
     log_completions: int = 0
     """Each step, write the first K rollouts (the first prompts' groups) with their rewards, whether
-    they were selected and their advantages to ``completions.jsonl`` in output_dir (0: off)."""
+    they were selected and their advantages to ``completions.jsonl`` in output_dir, and at each
+    evaluation the first K held-out completions, with whether each was correct, to
+    ``eval_completions.jsonl`` (``podsrl eval`` prints them); 0: off."""
     progress: bool = True
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from podsrl.rewards import accuracy_reward
@@ -18,23 +20,32 @@ def chat_prompt(tokenizer, system_prompt: str | None, question: str) -> str:
     return "".join(f"{m['content']}\n\n" for m in messages)
 
 
+class Evaluation(NamedTuple):
+    accuracy: float
+    samples: list[dict]
+    """The first ``keep`` problems of this process: question, answer, completion, correct."""
+
+
 def evaluate(
     engine, tokenizer, problems: list[Problem], system_prompt: str | None, max_new_tokens: int,
-    temperature: float = 0.0, accelerator=None,
-) -> float:
-    """Fraction of ``problems`` answered correctly. Under several processes each rank takes every
-    world-size-th problem and the counts are summed across ranks."""
+    temperature: float = 0.0, accelerator=None, keep: int = 0,
+) -> Evaluation:
+    """Fraction of ``problems`` answered correctly, and the first ``keep`` completions. Under
+    several processes each rank takes every world-size-th problem and the counts are summed
+    across ranks."""
     rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
     mine = problems[rank::world]
-    correct = 0
+    scores, texts = [], []
     if mine:
         prompts = [chat_prompt(tokenizer, system_prompt, p.question) for p in mine]
         # greedy needs no seed; sampled evaluation is seeded so it is repeatable
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             texts = engine.generate(prompts, 1, temperature, max_new_tokens).texts
-        correct = sum(accuracy_reward(texts, [p.answer for p in mine]))
-    counts = torch.tensor([correct, len(mine)], dtype=torch.float64)
+        scores = accuracy_reward(texts, [p.answer for p in mine])
+    counts = torch.tensor([sum(scores), len(mine)], dtype=torch.float64)
     if accelerator is not None and world > 1:
         counts = accelerator.reduce(counts.to(accelerator.device), reduction="sum").cpu()
-    return float(counts[0] / counts[1].clamp(min=1))
+    samples = [{"question": p.question, "answer": p.answer, "completion": t, "correct": r == 1.0}
+               for p, t, r in zip(mine[:keep], texts, scores)]
+    return Evaluation(float(counts[0] / counts[1].clamp(min=1)), samples)

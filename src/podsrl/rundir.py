@@ -28,7 +28,7 @@ LOCK = ".podsrl.lock"
 TRACKER_FOLDER = "podsrl"
 """accelerate's trackers log under ``<output_dir>/<project name>/``; the trainer names the project this."""
 OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "completions.jsonl",
-       ".completions.jsonl.tmp", "checkpoints",
+       ".completions.jsonl.tmp", "eval_completions.jsonl", ".eval_completions.jsonl.tmp", "checkpoints",
        TRACKER_FOLDER, ".aim"}
 """What podsrl writes into a run folder: the files, the checkpoints, the trackers' logs."""
 

@@ -28,7 +28,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 import torch
 from accelerate import Accelerator, DistributedType
@@ -77,6 +77,7 @@ class Setup:
     head: torch.nn.Linear | None = None  # the output layer, where log-probs take the lean path
     start_step: int = 0
     train_seconds: float = 0.0
+    eval_log: TextIO | None = None  # eval_completions.jsonl, open while a run logs completions
 
     @property
     def output_dir(self) -> Path:
@@ -273,13 +274,15 @@ def _train(s: Setup, c: Config) -> Path:
     out = s.output_dir
     if acc.is_main_process:
         write_atomic(out / "config.yaml", to_yaml(c))
-        for log_file in ("metrics.jsonl", "completions.jsonl"):
+        for log_file in ("metrics.jsonl", "completions.jsonl", "eval_completions.jsonl"):
             truncate_metrics(out / log_file, s.start_step)
     acc.wait_for_everyone()
     if c.report_to:
         acc.init_trackers(rundir.TRACKER_FOLDER, config=_flat(to_dict(c)))
     metrics_file = open(out / "metrics.jsonl", "a") if acc.is_main_process else None
-    completions_file = open(out / "completions.jsonl", "a") if acc.is_main_process and c.log_completions else None
+    logging_completions = acc.is_main_process and c.log_completions
+    completions_file = open(out / "completions.jsonl", "a") if logging_completions else None
+    s.eval_log = open(out / "eval_completions.jsonl", "a") if logging_completions else None
 
     if acc.is_main_process:
         log.info("training %s (%s) on %d process(es), %s; output in %s", c.model.name_or_path, c.mode,
@@ -296,8 +299,9 @@ def _train(s: Setup, c: Config) -> Path:
         bar.close()
         if metrics_file:
             metrics_file.close()
-        if completions_file:
-            completions_file.close()
+        for file in (completions_file, s.eval_log):
+            if file:
+                file.close()
     if c.report_to:
         acc.end_training()
     return out
@@ -385,9 +389,12 @@ def _log_completions(file, c: Config, step: int, problems: list, texts: list[str
 
 def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
     t = time.perf_counter()
-    accuracy = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
-                        c.eval_temperature, s.accelerator)
+    accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
+                                 c.eval_temperature, s.accelerator, keep=c.log_completions)
     result = {"eval_accuracy": accuracy, "eval_seconds": time.perf_counter() - t, "eval_step": step}
+    if s.eval_log:  # the main process's share of the held-out problems, the first of them
+        s.eval_log.writelines(json.dumps({"step": step, **sample}) + "\n" for sample in samples)
+        s.eval_log.flush()
     if metrics_file is not None:
         metrics_file.write(json.dumps({"step": step, "train_seconds": s.train_seconds, **result}) + "\n")
         metrics_file.flush()
