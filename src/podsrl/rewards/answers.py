@@ -6,7 +6,8 @@ with exact rational arithmetic and math-verify's own rules for the cases where i
 a side written as a decimal is compared rounded to 6 decimal places (so ``0.333333`` equals
 ``1/3``), and a percentage equals both its number and its number over 100. Everything else
 (LaTeX, expressions, intervals, ...) goes to math-verify (:func:`verify_answer`), which the reward
-pool runs in a worker process under a hard time bound.
+pool runs in a worker process under a hard time bound. There, unlike math-verify on its own, a
+restated computation (``409 + 83`` for ``492``) is not an answer: the result has to be stated.
 """
 
 from __future__ import annotations
