@@ -77,7 +77,8 @@ class Setup:
     head: torch.nn.Linear | None = None  # the output layer, where log-probs take the lean path
     start_step: int = 0
     train_seconds: float = 0.0
-    eval_log: TextIO | None = None  # eval_completions.jsonl, open while a run logs completions
+    completions_log: TextIO | None = None  # completions.jsonl and eval_completions.jsonl, open
+    eval_log: TextIO | None = None  # in the main process while a run logs completions
 
     @property
     def output_dir(self) -> Path:
@@ -281,7 +282,7 @@ def _train(s: Setup, c: Config) -> Path:
         acc.init_trackers(rundir.TRACKER_FOLDER, config=_flat(to_dict(c)))
     metrics_file = open(out / "metrics.jsonl", "a") if acc.is_main_process else None
     logging_completions = acc.is_main_process and c.log_completions
-    completions_file = open(out / "completions.jsonl", "a") if logging_completions else None
+    s.completions_log = open(out / "completions.jsonl", "a") if logging_completions else None
     s.eval_log = open(out / "eval_completions.jsonl", "a") if logging_completions else None
 
     if acc.is_main_process:
@@ -294,12 +295,12 @@ def _train(s: Setup, c: Config) -> Path:
 
     bar = tqdm(total=c.steps, initial=s.start_step, disable=not (c.progress and acc.is_main_process), desc="train")
     try:
-        _loop(s, c, stream, metrics_file, completions_file, bar, last_eval)
+        _loop(s, c, stream, metrics_file, bar, last_eval)
     finally:  # a clean line for whatever is printed next, an error included
         bar.close()
         if metrics_file:
             metrics_file.close()
-        for file in (completions_file, s.eval_log):
+        for file in (s.completions_log, s.eval_log):
             if file:
                 file.close()
     if c.report_to:
@@ -307,7 +308,7 @@ def _train(s: Setup, c: Config) -> Path:
     return out
 
 
-def _loop(s: Setup, c: Config, stream, metrics_file, completions_file, bar, last_eval: dict | None) -> None:
+def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None) -> None:
     acc = s.accelerator
     P_local = c.prompts_per_step // acc.num_processes
     rank = acc.process_index
@@ -355,8 +356,8 @@ def _loop(s: Setup, c: Config, stream, metrics_file, completions_file, bar, last
         if acc.is_main_process:
             metrics_file.write(json.dumps(_jsonable(record)) + "\n")
             metrics_file.flush()
-        if completions_file:  # this process's prompts: the main process's, the first of the step
-            _log_completions(completions_file, c, step, mine, rollouts.texts, rewards, chosen)
+        if s.completions_log:  # this process's prompts: the main process's, the first of the step
+            _log_completions(s.completions_log, c, step, mine, rollouts.texts, rewards, chosen)
         if c.report_to:
             acc.log({k: v for k, v in record.items() if isinstance(v, (int, float)) and v is not None}, step=step)
         bar.update(1)

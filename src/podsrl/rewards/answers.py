@@ -167,14 +167,17 @@ def _parse(expression: str) -> list:
 
 
 def unevaluated_arithmetic(expr) -> bool:
-    """Whether a parsed answer still holds arithmetic on plain numbers (``409 + 83``, ``3 \\times 4``,
-    ``1.5 + 2``): a restatement of a computation, not its result. math-verify evaluates such an
-    answer and would count ``409 + 83`` equal to ``492``, which pays a policy for copying an
-    arithmetic question; :func:`verify_answer` does not count it as a final answer. Of an equation
-    only the right-hand side (the stated result) is looked at; ``-x`` (``Mul(-1, x)``) is a number."""
-    from sympy import Add, Mul, Number, preorder_traversal
+    """Whether an item of math-verify's parse still holds arithmetic on plain numbers (``409 + 83``,
+    ``3 \\times 4``, ``1.5 + 2``): a restatement of a computation, not its result (the parse's
+    strings never are). math-verify evaluates such an answer and would count ``409 + 83`` equal to
+    ``492``, which pays a policy for copying an arithmetic question; :func:`verify_answer` does not
+    count it as a final answer. Of an equation only the right-hand side (the stated result) is
+    looked at; ``-x`` (``Mul(-1, x)``) is a number."""
+    from sympy import Add, Basic, Mul, Number, preorder_traversal
     from sympy.core.relational import Relational
 
+    if not isinstance(expr, Basic):
+        return False
     if isinstance(expr, Relational):
         expr = expr.rhs
     for node in preorder_traversal(expr):
@@ -187,14 +190,13 @@ def unevaluated_arithmetic(expr) -> bool:
 
 def _verified(gold: str, answer: str) -> bool:
     from math_verify import verify
-    from sympy import Basic
 
     plain = lambda s: s.replace(" ", "").replace(",", "").strip("$.")
     if plain(gold) == plain(answer):
         return True
     g, p = _parse(gold), _parse(answer)
-    if not any(isinstance(x, Basic) and unevaluated_arithmetic(x) for x in g):  # a gold "2 + 3" keeps math-verify's rule
-        p = [x for x in p if not (isinstance(x, Basic) and unevaluated_arithmetic(x))]
+    if not any(map(unevaluated_arithmetic, g)):  # a gold "2 + 3" keeps math-verify's rule
+        p = [x for x in p if not unevaluated_arithmetic(x)]
     if not p and (number := last_number(answer)) is not None:  # "Answer: 42 apples"
         p = _parse(number)
     return bool(g and p and verify(g, p, timeout_seconds=None))
