@@ -10,6 +10,31 @@ import torch
 from conftest import subprocess_env
 
 
+def test_default_mixed_precision():
+    """TRL's default on a CUDA GPU (bf16 autocast), none on a CPU; a setting or the launcher's wins."""
+    from podsrl.trainer import mixed_precision
+
+    assert mixed_precision(None, None, "cuda", True) == "bf16"
+    assert mixed_precision(None, None, "cuda", False) == "no"  # a GPU without bf16
+    assert mixed_precision(None, None, "cuda", True, dtype="float16") == "no"  # fp16 weights: no bf16 autocast
+    assert mixed_precision(None, None, "cuda", True, dtype="bfloat16") == "bf16"
+    assert mixed_precision(None, None, "cpu", True) == "no"
+    assert mixed_precision("no", None, "cuda", True) == "no"
+    assert mixed_precision("fp16", "bf16", "cuda", True) == "fp16"
+    assert mixed_precision(None, "no", "cuda", True) == "no"  # accelerate launch's config
+    assert mixed_precision(None, "bf16", "cpu", False) == "bf16"
+
+
+def test_cpu_run_defaults_to_fp32_and_says_so(tiny_config, caplog):
+    import logging
+
+    from podsrl.trainer import train
+
+    with caplog.at_level(logging.INFO, logger="podsrl.trainer"):
+        train(tiny_config("steps=1"))
+    assert "mixed precision no" in caplog.text
+
+
 def test_bf16_autocast_trains(tmp_path, tiny_overrides):
     # its own process: accelerate keeps one precision per process
     result = subprocess.run([sys.executable, "-m", "podsrl", "train", *tiny_overrides, "mixed_precision=bf16", "steps=1"],
