@@ -25,14 +25,25 @@ def test_default_mixed_precision():
     assert mixed_precision(None, "bf16", "cpu", False) == "bf16"
 
 
-def test_cpu_run_defaults_to_fp32_and_says_so(tiny_config, caplog):
+def test_mixed_precision_no_on_the_command_line_is_the_setting_no():
+    from podsrl.config import load_config
+
+    assert load_config(None, ["mixed_precision=no"]).mixed_precision == "no"
+    assert load_config(None, ["mixed_precision=bf16"]).mixed_precision == "bf16"
+    assert load_config(None, []).mixed_precision is None
+
+
+def test_run_says_its_precision_and_a_cpu_run_is_fp32(tiny_config, caplog):
     import logging
+    import re
 
     from podsrl.trainer import train
 
     with caplog.at_level(logging.INFO, logger="podsrl.trainer"):
         train(tiny_config("steps=1"))
-    assert "mixed precision no" in caplog.text
+    assert re.search(r"on 1 process\(es\), \S+, NO, mixed precision (no|bf16|fp16);", caplog.text), caplog.text
+    if not torch.cuda.is_available():
+        assert "mixed precision no;" in caplog.text
 
 
 def test_bf16_autocast_trains(tmp_path, tiny_overrides):

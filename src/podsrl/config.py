@@ -160,6 +160,8 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
         bad = [o for o in overrides if "=" not in o]
         if bad:
             raise PodsError(f"overrides must be key=value, got {bad[0]!r}")
+        # YAML reads a bare `no` as false; mixed_precision=no means the setting "no"
+        overrides = ["mixed_precision='no'" if o == "mixed_precision=no" else o for o in overrides]
         merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:

@@ -32,6 +32,7 @@ from typing import NamedTuple, TextIO
 
 import torch
 from accelerate import Accelerator, DistributedType
+from accelerate.state import is_initialized as accelerate_state_exists
 from tqdm.auto import tqdm
 
 from podsrl import models, rundir
@@ -124,6 +125,8 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         cuda = torch.cuda.is_available() and not cpu_ranks
         precision = mixed_precision(c.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
                                     "cuda" if cuda else "cpu", cuda and torch.cuda.is_bf16_supported(), c.model.dtype)
+        if c.mixed_precision is None and accelerate_state_exists():
+            precision = None  # accelerate keeps one precision per process: the one already set
         accelerator = Accelerator(log_with=c.report_to or None, project_dir=output_dir, cpu=cpu_ranks,
                                   mixed_precision=precision)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
