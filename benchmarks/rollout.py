@@ -109,8 +109,9 @@ def crossover_table(args, model, tokenizer, all_prompts, device, autocast) -> di
         r = rates[rows]
         print(f"{rows:>13} {r['loop']:>12.0f} {r['static']:>13.0f} {r['static'] / r['loop']:>12.2f}", flush=True)
     faster_up_to, slower_from = crossover(rows_list, rates)
-    print(f"static at least as fast as loop up to {faster_up_to or 'none'} rows per call; slower from "
-          f"{slower_from or 'none measured'} (rollout.decoder=auto takes static on a CUDA GPU up to {STATIC_MAX_ROWS})")
+    faster = f"static at least as fast as loop up to {faster_up_to} rows per call" if faster_up_to else "static slower at every size"
+    slower = f"slower from {slower_from}" if slower_from else "slower at none measured"
+    print(f"{faster}; {slower} (rollout.decoder=auto takes static on a CUDA GPU up to {STATIC_MAX_ROWS} rows per call)")
     return {"device": device, "n": args.n, "tokens": args.tokens, "mixed_precision": args.mixed_precision,
             "rates_tokens_per_s": rates, "static_faster_up_to_rows": faster_up_to, "static_slower_from_rows": slower_from,
             "auto_static_max_rows": STATIC_MAX_ROWS}

@@ -17,8 +17,8 @@ from conftest import REPO, subprocess_env
 SUITE = REPO / "benchmarks" / "gpu_suite.py"
 
 
-def suite_module():
-    spec = importlib.util.spec_from_file_location("gpu_suite", SUITE)
+def suite_module(path=SUITE):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -142,3 +142,12 @@ def test_a_command_past_its_time_is_stopped(tmp_path):
     assert "started" in (tmp_path / "log").read_text()
     with open(tmp_path / "log", "w") as log:
         assert suite.run_command([sys.executable, "-c", "print('out')"], log, None, timeout=30) == (0, False)
+
+
+def test_crossover_is_the_last_size_up_to_which_static_keeps_up():
+    rollout = suite_module(REPO / "benchmarks" / "rollout.py")
+    rates = {128: {"loop": 1.0, "static": 2.0}, 256: {"loop": 1.0, "static": 1.0}, 512: {"loop": 2.0, "static": 1.0},
+             1024: {"loop": 1.0, "static": 3.0}}  # a win past the first loss does not move the crossover
+    assert rollout.crossover([1024, 128, 512, 256], rates) == (256, 512)
+    assert rollout.crossover([128], {128: {"loop": 2.0, "static": 1.0}}) == (None, 128)
+    assert rollout.crossover([128, 256], {r: {"loop": 1.0, "static": 2.0} for r in (128, 256)}) == (256, None)
