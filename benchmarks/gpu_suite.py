@@ -8,9 +8,9 @@
 Steps, in priority order. Each is made of units; a unit is one command (its output in
 ``<results>/gpu_suite/logs/``), and a unit that has finished is never run again:
 
-  a  the headline, ``configs/compare_gpu.yaml``: grpo and pods, one unit per seed (5 seeds, 1.5
+  a  the headline, ``configs/compare_gpu.yaml``: grpo and pods, one unit per run (5 seeds, 1.5
      minutes of training clock each, held-out evaluation every 10 s), trained into
-     ``compare_gpu.new/`` and moved to ``compare_gpu/`` (replacing what was there) once every seed
+     ``compare_gpu.new/`` and moved to ``compare_gpu/`` (replacing what was there) once every run
      has finished; then grpo-ga, one unit per seed, into ``compare_gpu/``;
   b  the test suite, one unit per test file: ``gpu_suite/tests.txt``;
   c  ``rollout_gpu.txt`` (the HF engine's decoders), ``rollout_crossover_gpu.txt``/``.json`` (loop
@@ -135,7 +135,7 @@ def podsrl_needs(overrides: list[str]) -> tuple[str, ...]:
 
 
 def step_a(args, results: Path, suite: Path, state: State) -> list[Unit]:
-    """The headline (grpo and pods) seed by seed into a fresh folder, moved into place when complete;
+    """The headline (grpo and pods) run by run into a fresh folder, moved into place when complete;
     then grpo-ga seed by seed into the headline's folder."""
     final, fresh = results / "compare_gpu", results / "compare_gpu.new"
     budget_s = args.budget_minutes * 60
@@ -153,8 +153,11 @@ def step_a(args, results: Path, suite: Path, state: State) -> list[Unit]:
             return f"in {out.name}/"
         return finish
 
+    # one run per unit: grpo seed s alone, then pods seed s beside its finished grpo run
+    headline = [(method, s) for s in range(args.seeds) for method in ("grpo", "pods")]
+
     def clear_stale():  # a folder left by a state that was removed (other settings) is not this state's
-        if fresh.exists() and not any(state.unit(f"a/grpo+pods/seed-{s}").get("status") == "done" for s in range(args.seeds)):
+        if fresh.exists() and not any(state.unit(f"a/{m}/seed-{s}").get("status") == "done" for m, s in headline):
             print(f"  removing {fresh}, which no record in the state accounts for", flush=True)
             shutil.rmtree(fresh)
 
@@ -167,15 +170,15 @@ def step_a(args, results: Path, suite: Path, state: State) -> list[Unit]:
         shutil.copy(suite / "environment.txt", final / "environment.txt")
         return f"{fresh.name}/ moved to {final.name}/"
 
-    headline = [f"a/grpo+pods/seed-{s}" for s in range(args.seeds)]
-    units = [Unit(key, "a/grpo+pods", 2 * (1.25 * budget_s + 30) + 20, [compare("grpo,pods", s, fresh)], needs,
-                  prepare=clear_stale, finish=drop_checkpoints(fresh, s), outputs=f"{fresh}/{{grpo,pods}}/seed-{s}")
-             for s, key in enumerate(headline)]
-    units.append(Unit("a/grpo+pods/into-place", "a/action", 1.0, after=tuple(headline), finish=move_into_place,
-                      outputs=str(final)))
-    units += [Unit(f"a/grpo-ga/seed-{s}", "a/grpo-ga", 1.25 * budget_s + 50,
+    run_s = 1.25 * budget_s + 50  # training, evaluations (~12% at 1.5 min), loading, the process
+    units = [Unit(f"a/{m}/seed-{s}", "a/run", run_s, [compare("grpo" if m == "grpo" else "grpo,pods", s, fresh)], needs,
+                  prepare=clear_stale, finish=drop_checkpoints(fresh, s), outputs=f"{fresh}/{m}/seed-{s}")
+             for m, s in headline]
+    units.append(Unit("a/into-place", "a/action", 1.0, after=tuple(f"a/{m}/seed-{s}" for m, s in headline),
+                      finish=move_into_place, outputs=str(final)))
+    units += [Unit(f"a/grpo-ga/seed-{s}", "a/run", run_s,
                    [compare("grpo,grpo-ga", s, final), [PY, "-m", "podsrl", "plot", rel(final)]], needs,
-                   after=("a/grpo+pods/into-place",), finish=drop_checkpoints(final, s), outputs=f"{final}/grpo-ga/seed-{s}")
+                   after=("a/into-place",), finish=drop_checkpoints(final, s), outputs=f"{final}/grpo-ga/seed-{s}")
               for s in range(args.seeds)]
     return units
 
@@ -404,9 +407,12 @@ def environment(cuda: bool) -> dict:
         env[name] = v(name)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     env["podsrl commit"] = commit.stdout.strip() if commit.returncode == 0 else "unknown"
+    sys.path.insert(0, str(REPO / "src"))
+    from podsrl.rollout.hf import STATIC_MAX_ROWS  # torch and transformers alone
+
     bf16 = cuda and torch.cuda.is_bf16_supported()
     env["podsrl defaults here"] = (f"mixed precision {'bf16' if bf16 else 'no'}, rollout.decoder=auto: "
-                                   + ("static up to 512 rows per generate call, else loop" if cuda else "loop"))
+                                   + (f"static up to {STATIC_MAX_ROWS} rows per generate call, else loop" if cuda else "loop"))
     return env
 
 

@@ -51,7 +51,7 @@ def test_gpu_suite_dry_run_runs_every_step_and_resumes(tiny_model_dir, tmp_path,
     first = run_suite(results, "--dry-run", model)
     assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-3000:]
     state = units(results)
-    done = {"a/grpo+pods/seed-0", "a/grpo+pods/into-place", "a/grpo-ga/seed-0", "b/tests/test_advantages.py",
+    done = {"a/grpo/seed-0", "a/pods/seed-0", "a/into-place", "a/grpo-ga/seed-0", "b/tests/test_advantages.py",
             "c/rollout", "c/crossover", "c/memory", "c/peer"}
     if torch.cuda.is_available():  # step d runs too (QLoRA where bitsandbytes is installed)
         done |= {"d/fsdp"} | ({"d/qlora"} if importlib.util.find_spec("bitsandbytes") else set())
@@ -59,7 +59,7 @@ def test_gpu_suite_dry_run_runs_every_step_and_resumes(tiny_model_dir, tmp_path,
         assert {k: u["note"] for k, u in state.items() if u["status"] == "skipped"} == {
             "d/qlora": "needs a CUDA GPU", "d/fsdp": "needs a CUDA GPU"}
     assert {k for k, u in state.items() if u["status"] == "done"} == done, state
-    assert all(u["seconds"] > 0 and u["device"] for k, u in state.items() if u["status"] == "done" and k != "a/grpo+pods/into-place")
+    assert all(u["seconds"] > 0 and u["device"] for k, u in state.items() if u["status"] == "done" and k != "a/into-place")
 
     # step a: trained afresh, moved into place, nothing of the committed folder left, no checkpoints
     compare = results / "compare_gpu"
@@ -119,15 +119,16 @@ def test_gpu_suite_without_a_gpu_needs_the_dry_run(tmp_path):
 def test_estimates_come_from_finished_units_and_a_stopped_one(tmp_path):
     suite = suite_module()
     state = suite.State(tmp_path / "state.json", {"x": 1})
-    pair = suite.Unit("a/grpo+pods/seed-1", "a/grpo+pods", prior_s=300.0)
-    assert state.estimate(pair) == 300.0  # nothing of its kind has run: the prior
-    state.record("a/grpo+pods/seed-0", kind="a/grpo+pods", status="done", seconds=200.0)
+    run = suite.Unit("a/pods/seed-1", "a/run", prior_s=300.0)
+    assert state.estimate(run) == 300.0  # nothing of its kind has run: the prior
+    state.record("a/grpo/seed-0", kind="a/run", status="done", seconds=200.0)
+    state.record("a/pods/seed-0", kind="a/run", status="done", seconds=150.0)
     state.record("b/tests/test_x.py", kind="b/tests", status="done", seconds=900.0)
-    assert state.estimate(pair) == 200.0  # the longest finished unit of its kind
-    state.record("a/grpo+pods/seed-1", kind="a/grpo+pods", status="stopped", seconds=250.0)
-    assert state.estimate(pair) == 250.0  # at least as long as it ran before it was stopped
+    assert state.estimate(run) == 200.0  # the longest finished unit of its kind
+    state.record("a/pods/seed-1", kind="a/run", status="stopped", seconds=250.0)
+    assert state.estimate(run) == 250.0  # at least as long as it ran before it was stopped
     again = suite.State(tmp_path / "state.json", {"x": 1})  # read back from the file
-    assert again.estimate(pair) == 250.0
+    assert again.estimate(run) == 250.0
     with pytest.raises(suite.SuiteError, match="other settings"):
         suite.State(tmp_path / "state.json", {"x": 2})
 

@@ -67,7 +67,8 @@ class RolloutConfig:
     """HF engine: ``loop`` drops each row from the batch as soon as it ends; ``generate`` runs
     transformers' generate (every row until the last one ends); ``static``, generate with a static
     KV cache, compiled with CUDA graphs on a GPU; ``auto``: ``static`` on a CUDA GPU for generate
-    calls of at most 512 rows (prompts per call x n), else ``loop`` (always ``loop`` on a CPU)."""
+    calls of at most 512 rows (prompts per call x n; ``podsrl.rollout.hf.STATIC_MAX_ROWS``), else
+    ``loop`` (always ``loop`` on a CPU)."""
     gpu_memory_utilization: float = 0.3
     """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains)."""
     sleep: bool = False
