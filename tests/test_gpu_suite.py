@@ -152,3 +152,58 @@ def test_crossover_is_the_last_size_up_to_which_static_keeps_up():
     assert rollout.crossover([1024, 128, 512, 256], rates) == (256, 512)
     assert rollout.crossover([128], {128: {"loop": 2.0, "static": 1.0}}) == (None, 128)
     assert rollout.crossover([128, 256], {r: {"loop": 1.0, "static": 2.0} for r in (128, 256)}) == (256, None)
+
+
+def make_wheel(folder, name, version, payload: bytes):
+    """A real (tiny) wheel of package ``name`` holding ``payload`` as a data file."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {f"{name}/__init__.py": f"VERSION = {version!r}\n".encode(), f"{name}/data.bin": payload,
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},{len(b)}\n"
+                     for p, b in files.items()) + f"{name}-{version}.dist-info/RECORD,,\n"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for p, b in {**files, f"{name}-{version}.dist-info/RECORD": record.encode()}.items():
+            z.writestr(p, b)
+    return path
+
+
+def test_wheels_cut_into_folders_install_once_every_part_has_arrived(tmp_path, monkeypatch):
+    wheels_module = suite_module(REPO / "benchmarks" / "gpu_wheels.py")
+    mib = wheels_module.MIB
+    wheels, out, stash, target = (tmp_path / d for d in ("wheels", "out", "stash", "site"))
+    wheels.mkdir()
+    big = make_wheel(wheels, "alpha_pkg", "1.0", bytes(range(256)) * (6 * mib // 1024))  # 1.5 MiB, stored
+    small = make_wheel(wheels, "beta", "2.0", b"b" * 1000)
+    make_wheel(wheels, "beta", "1.0", b"old")  # another version beside it: not taken
+    monkeypatch.setattr(wheels_module, "GROUPS", {"core": [("alpha-pkg==1.0", "alpha_pkg")],
+                                                  "extra": [("beta==2.0", "beta")]})
+    manifest = wheels_module.pack(["core", "extra"], wheels, out, mib)
+    folders = sorted(out.glob("folder-*"))
+    assert [f.name for f in folders] == ["folder-1", "folder-2"]
+    for f in folders:  # each folder within its size; the parts join into the wheel
+        assert sum(p.stat().st_size for p in f.iterdir() if p.suffix != ".json") <= mib
+    parts = manifest["wheels"][0]["parts"]
+    assert [p["folder"] for p in parts] == ["folder-1", "folder-2"]
+    assert b"".join((out / p["folder"] / p["file"]).read_bytes() for p in parts) == big.read_bytes()
+    assert (out / "folder-2" / small.name).read_bytes() == small.read_bytes()
+
+    importable = lambda module: subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                                               env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}).returncode == 0
+    assert wheels_module.install([folders[0]], stash, target) == wheels_module.EXIT_WAITING  # half of alpha only
+    assert not importable("alpha_pkg")
+    assert wheels_module.install([folders[1]], stash, target) == 0  # in a later invocation: joined, checked, installed
+    assert importable("alpha_pkg") and importable("beta")
+    assert not list(stash.glob("*.part*"))
+    assert wheels_module.install([folders[1]], stash, target) == 0  # nothing left to do
+
+    (out / "folder-2" / parts[1]["file"]).write_bytes(b"damaged")  # a damaged part is caught by the checksum
+    assert wheels_module.install(folders, tmp_path / "stash2", tmp_path / "site2") == 1
+    with pytest.raises(ValueError, match="2 wheel"):
+        monkeypatch.setattr(wheels_module, "GROUPS", {"core": [("beta==2.0", "beta")]})
+        make_wheel(wheels, "Beta", "2.0", b"x").rename(wheels / "beta-2.0-py2-none-any.whl")
+        wheels_module.pack(["core"], wheels, out, mib)
