@@ -139,7 +139,9 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     reward_fns = {name: load_reward(name) for name in c.rewards}
     run = rundir.claim(output_dir, c.resume, accelerator)
     with run.cleanup_on_failure():
-        return _load(c, accelerator, task, Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s), run)
+        if run.resume_from is not None:
+            rundir.check_same_config(output_dir, c, "resume=true would continue")
+        return _load(c, accelerator, task, Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s, c.reward_memory_mb), run)
 
 
 def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: rundir.RunFolder) -> Setup:
@@ -173,7 +175,7 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     if resume_from is not None:
         state = read_state(resume_from)
-        load_optimizer(optimizer, resume_from)
+        load_optimizer(optimizer, resume_from, lr=c.lr, weight_decay=c.weight_decay)
         s.start_step, s.train_seconds = state["step"], state["train_seconds"]
     return s
 
@@ -292,6 +294,7 @@ def _train(s: Setup, c: Config) -> Path:
     acc = s.accelerator
     out = s.output_dir
     if acc.is_main_process:
+        rundir.keep_earlier_config(out, c, s.start_step)
         write_atomic(out / "config.yaml", to_yaml(c))
         for log_file in ("metrics.jsonl", "completions.jsonl", "eval_completions.jsonl"):
             truncate_metrics(out / log_file, s.start_step)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import torch
 
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, first_line
 from podsrl.rewards import RewardFn
 from podsrl.rewards import pool as reward_pool
 
@@ -37,11 +37,11 @@ class StepResult(NamedTuple):
 
 class Scorer:
     def __init__(self, fns: dict[str, RewardFn], weights: list[float], workers: int | None = None,
-                 timeout: float = reward_pool.DEFAULT_TIMEOUT_S):
+                 timeout: float = reward_pool.DEFAULT_TIMEOUT_S, memory_mb: int = 0):
         self.fns, self.weights = fns, weights
         self.in_process = workers == 0
         if not self.in_process:
-            reward_pool.configure(workers, timeout)
+            reward_pool.configure(workers, timeout, memory_mb)
 
     def start(self, columns: dict[str, list], n: int) -> StepScores:
         """``columns``: one value per prompt (``prompts``, ``answer``, ...), repeated n times."""
@@ -114,9 +114,12 @@ class StepScores:
         for name, rows, kind, future in self.pending:
             try:
                 outcome = pool.outcome(future, wait_s=reward_pool.safety_wait(pool, len(self.pending)))
-            except Exception as e:  # noqa: BLE001 (the user's function raised: name it)
+            except reward_pool.RewardFailure as e:  # the user's function raised: name it
                 self._cancel()
-                raise PodsError(f"reward {name!r} raised {type(e).__name__}: {_first_line(e)}") from None
+                raise PodsError(f"reward {name!r} raised {e.kind}: {e.message}") from None
+            except Exception as e:  # noqa: BLE001 (its value could not come back: unpicklable, say)
+                self._cancel()
+                raise PodsError(f"reward {name!r} failed: {type(e).__name__}: {first_line(e)}") from None
             if outcome is reward_pool.TIMED_OUT:
                 outcome = [_TIMED_OUT_MARK] * len(rows)
             elif kind != "group":
@@ -152,10 +155,10 @@ def _call(name: str, fn: RewardFn, completions: list[str], columns: dict):
     try:
         values = fn(completions=completions, **columns)
         return asyncio.run(values) if inspect.isawaitable(values) else values
-    except PodsError:
+    except (PodsError, KeyboardInterrupt):
         raise
-    except Exception as e:  # noqa: BLE001
-        raise PodsError(f"reward {name!r} raised {type(e).__name__}: {_first_line(e)}") from None
+    except BaseException as e:  # noqa: BLE001 (SystemExit too: a reward does not end the run)
+        raise PodsError(f"reward {name!r} raised {type(e).__name__}: {first_line(e)}") from None
 
 
 def _call_one(fn: RewardFn, completion: str, columns: dict):
@@ -200,7 +203,3 @@ def _checked(name: str, values, expected: int) -> list[float | None]:
         out.append(v)
     return out
 
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]
