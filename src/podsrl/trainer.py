@@ -34,6 +34,7 @@ from typing import NamedTuple, TextIO
 
 import torch
 from accelerate import Accelerator, DistributedType
+from accelerate.state import is_initialized as accelerate_state_exists
 from tqdm.auto import tqdm
 
 from podsrl import models, rundir
@@ -97,6 +98,18 @@ def default_output_dir(c: Config) -> Path:
     return Path("runs") / f"{c.task.name}-{c.mode}-{stamp}"
 
 
+def mixed_precision(setting: str | None, launcher: str | None, device_type: str, bf16_supported: bool,
+                    dtype: str = "float32") -> str:
+    """The run's autocast: the config's ``mixed_precision``, else the launcher's (``accelerate
+    launch`` exports ``ACCELERATE_MIXED_PRECISION`` from its config), else bf16 on a CUDA GPU that
+    supports it (TRL's default) unless the weights are float16, and none on any other device."""
+    if setting is not None:
+        return setting
+    if launcher:
+        return launcher
+    return "bf16" if device_type == "cuda" and bf16_supported and dtype != "float16" else "no"
+
+
 def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     """Validate what the user gave (data, rewards) before touching output_dir; then hold the run
     folder (locked for this run) while the model loads."""
@@ -108,8 +121,13 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         cpu_ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1 and torch.cuda.device_count() < local
         if c.mixed_precision == "fp16" and not torch.cuda.is_available():
             raise PodsError("mixed_precision=fp16 needs a CUDA GPU; use bf16 or no on this machine")
+        cuda = torch.cuda.is_available() and not cpu_ranks
+        precision = mixed_precision(c.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
+                                    "cuda" if cuda else "cpu", cuda and torch.cuda.is_bf16_supported(), c.model.dtype)
+        if c.mixed_precision is None and accelerate_state_exists():
+            precision = None  # accelerate keeps one precision per process: the one already set
         accelerator = Accelerator(log_with=c.report_to or None, project_dir=output_dir, cpu=cpu_ranks,
-                                  mixed_precision=c.mixed_precision)
+                                  mixed_precision=precision)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
@@ -298,8 +316,8 @@ def _train(s: Setup, c: Config) -> Path:
     s.eval_log = open(out / "eval_completions.jsonl", "a") if logging_completions else None
 
     if acc.is_main_process:
-        log.info("training %s (%s) on %d process(es), %s; output in %s", c.model.name_or_path, c.mode,
-                 acc.num_processes, acc.device, out)
+        log.info("training %s (%s) on %d process(es), %s, %s, mixed precision %s; output in %s", c.model.name_or_path,
+                 c.mode, acc.num_processes, acc.device, acc.distributed_type.value, acc.mixed_precision, out)
     last_eval = None
     if s.start_step == 0:
         last_eval = _evaluate(s, c, step=0, metrics_file=metrics_file)
