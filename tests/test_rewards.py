@@ -13,10 +13,11 @@ from podsrl.rewards import pool
 from podsrl.rewards.answers import as_number, fast_match, gold_answer, implausible, verify_answer
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def unhurried_pool():
-    """A pool bound far above any grade's cost: the gold-answer tests check grades, and a loaded
-    machine may take several times the default bound on a hard MATH-500 answer."""
+    """A pool bound far above any grade's cost: these tests check grades, and a loaded machine may
+    take several times the default bound on a hard MATH-500 answer (the bound itself is tested in
+    test_scoring.py)."""
     pool.configure(timeout=60.0)
     yield
     pool.configure()
@@ -207,7 +208,7 @@ def _gsm8k_golds():
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "gsm8k").exists(), reason="needs ../shared/data")
-def test_gsm8k_gold_answers_match_themselves_in_every_format(unhurried_pool):
+def test_gsm8k_gold_answers_match_themselves_in_every_format():
     golds = _gsm8k_golds()
     variants = [
         lambda g: f"So the total is {g}.", lambda g: f"#### {g}", lambda g: f"\\boxed{{{g}}}",
@@ -223,7 +224,7 @@ def test_gsm8k_gold_answers_match_themselves_in_every_format(unhurried_pool):
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "math500").exists(), reason="needs ../shared/data")
-def test_math500_gold_answers_match_themselves_reformatted(unhurried_pool):
+def test_math500_gold_answers_match_themselves_reformatted():
     golds = [json.loads(l)["answer"] for l in (SHARED_DATA / "math500" / "test.jsonl").read_text().splitlines()]
     respaced = lambda g: g.replace(",", ", ").replace("\\dfrac", "\\frac").replace("\\left", "").replace("\\right", "")
     for make in (lambda g: f"so \\boxed{{{g}}}", lambda g: f"The final answer is $\\boxed{{{respaced(g)}}}$."):
