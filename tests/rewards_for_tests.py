@@ -84,3 +84,13 @@ def gated(completions, completion_ids, **_):
 def text_length(completions, **_):
     """A deterministic reward of the text alone (so a logged completion can be re-scored)."""
     return [float(len(c) % 5) / 4 for c in completions]
+
+
+def varied_on_rank_zero(completions, completion_ids, **_):
+    """``varied`` on the process of rank 0, 1.0 on the others (groups without signal, whose
+    rollouts skip the update): the ranks then train different numbers of rollouts."""
+    import os
+
+    if os.environ.get("RANK", "0") == "0":
+        return varied(completions, completion_ids)
+    return [1.0] * len(completions)

@@ -22,7 +22,6 @@ import itertools
 import json
 import logging
 import math
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -31,10 +30,10 @@ from pathlib import Path
 from typing import NamedTuple, TextIO
 
 import torch
-from accelerate import Accelerator, DistributedType
+from accelerate import Accelerator
 from tqdm.auto import tqdm
 
-from podsrl import models, rundir
+from podsrl import models, rundir, sharding
 from podsrl.advantages import group_advantages
 from podsrl.checkpoint import load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic
 from podsrl.config import Config, to_dict, to_yaml, trained_per_prompt
@@ -103,14 +102,11 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     folder (locked for this run) while the model loads."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
     if accelerator is None:
-        # several processes and fewer GPUs than processes on this machine (torchrun, accelerate
-        # launch): the processes run on the CPU, data parallel over gloo
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-        cpu_ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1 and torch.cuda.device_count() < local
         if c.mixed_precision == "fp16" and not torch.cuda.is_available():
             raise PodsError("mixed_precision=fp16 needs a CUDA GPU; use bf16 or no on this machine")
-        accelerator = Accelerator(log_with=c.report_to or None, project_dir=output_dir, cpu=cpu_ranks,
-                                  mixed_precision=c.mixed_precision)
+        # processes without a GPU each run on the CPU over gloo, sharded if the launcher asks
+        accelerator = sharding.make_accelerator(log_with=c.report_to or None, project_dir=output_dir,
+                                                mixed_precision=c.mixed_precision)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
@@ -144,18 +140,19 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    prompts = c.prompts_per_step // accelerator.num_processes
+    model, optimizer = sharding.prepare(accelerator, model, optimizer, micro_batch_size(c, prompts), c.max_grad_norm)
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
 
-    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharded else None
+    # a sharded output layer is whole only inside the forward: full logits there
+    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharding.is_sharded(accelerator) else None
     s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
               scorer, run, ref_model, head)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     if resume_from is not None:
         state = read_state(resume_from)
-        load_optimizer(optimizer, resume_from)
+        load_optimizer(accelerator, model, optimizer, resume_from)
         s.start_step, s.train_seconds = state["step"], state["train_seconds"]
     return s
 
@@ -208,10 +205,13 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     model.train()
     s.optimizer.zero_grad(set_to_none=True)
     chunks = list(torch.split(trained, micro))
-    for i, part in enumerate(chunks):
+    # sharded: as many passes as the busiest rank; the extra ones (one row, weight 0) only take part
+    extra = sharding.micro_batches_everywhere(acc, len(chunks)) - len(chunks)
+    weights = [1.0] * len(chunks) + [0.0] * extra
+    for i, part in enumerate(chunks + [trained[:1]] * extra):
         r = rows[part]
         ids, cmask = rollouts.completion_ids[r, :C], rollouts.completion_mask[r, :C]
-        sync = i == len(chunks) - 1
+        sync = i == len(weights) - 1
         with nullcontext() if sync else acc.no_sync(model):
             logp = completion_logprobs(model, rollouts.prompt_ids[r], rollouts.prompt_mask[r], ids, cmask, s.head)
             ref = reference_logprobs(s, rollouts, r, C) if c.beta > 0 else None
@@ -220,7 +220,9 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
                 epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
                 max_completion_length=c.rollout.max_new_tokens, num_sequences=len(rows), num_tokens=float(num_tokens),
             )
-            acc.backward(loss)
+            sharding.backward(acc, model, loss * weights[i], last=sync)
+        if not weights[i]:
+            continue
         w = float(stats.num_tokens)
         totals["loss"] += loss.item()
         totals["clip_fraction"] += float(stats.clip_fraction) * w
@@ -324,8 +326,9 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
         # 2-3. n rollouts per prompt, scored group by group while later groups are generated
         scores = s.scorer.start({"prompts": prompts, "answer": [p.answer for p in mine],
                                  "question": [p.question for p in mine]}, c.n)
-        rollouts = s.engine.generate(prompts, c.n, c.rollout.temperature, c.rollout.max_new_tokens,
-                                     seeds=seeds, on_chunk=scores.add)
+        with sharding.whole_for_generation(s.model):  # sharded: gathered once, so ranks decode independently
+            rollouts = s.engine.generate(prompts, c.n, c.rollout.temperature, c.rollout.max_new_tokens,
+                                         seeds=seeds, on_chunk=scores.add)
         t1 = time.perf_counter()
         rewards, reward_means, timeouts, scoring_s = scores.result()  # [P, n]
         t2 = time.perf_counter()
@@ -390,8 +393,9 @@ def _log_completions(file, c: Config, step: int, problems: list, texts: list[str
 
 def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
     t = time.perf_counter()
-    accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
-                                 c.eval_temperature, s.accelerator, keep=c.log_completions)
+    with sharding.whole_for_generation(s.model):  # a rank may have no problem to generate for
+        accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
+                                     c.eval_temperature, s.accelerator, keep=c.log_completions)
     result = {"eval_accuracy": accuracy, "eval_seconds": time.perf_counter() - t, "eval_step": step}
     if s.eval_log:  # the main process's share of the held-out problems, the first of them
         s.eval_log.writelines(json.dumps({"step": step, **sample}) + "\n" for sample in samples)
