@@ -258,3 +258,18 @@ def test_deepspeed_zero3_is_refused_in_one_line(tiny_model_dir, tmp_path):
     errors = [line for line in result.stderr.splitlines() if line.startswith("podsrl: error:")]
     assert errors and all("ZeRO-3 is not supported" in line for line in errors)
     assert not (tmp_path / "run").exists()
+
+
+@needs_deepspeed
+def test_deepspeed_checkpoint_resumes_only_under_deepspeed(zero2_runs, tiny_model_dir, tmp_path):
+    """Its optimizer state is DeepSpeed's partitions: a one-process run refuses it in one line
+    and leaves the run folder as it was."""
+    out, _ = zero2_runs
+    shutil.copytree(out["sharded"] / "run", tmp_path / "run")
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*"))
+    result = subprocess.run([sys.executable, "-m", "podsrl", "train", *_common(tiny_model_dir), "steps=3", "resume=true",
+                             f"output_dir={tmp_path / 'run'}"], env=cpu_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (f"podsrl: error: checkpoint {tmp_path / 'run' / 'checkpoints' / 'step-000002'}"
+                                                      " holds DeepSpeed optimizer state: resume it under DeepSpeed")
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
