@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from podsrl import sharding
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, first_line
 
 DEEPSPEED, DEEPSPEED_TAG = "deepspeed", "state"
 """Under DeepSpeed the optimizer state is saved by DeepSpeed, one partition per rank, in
@@ -30,7 +30,8 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 
 def read_state(checkpoint: Path) -> dict:
-    """``{"step": ..., "train_seconds": ...}`` of a checkpoint."""
+    """``{"step": ..., "train_seconds": ..., "sampling": ...}`` of a checkpoint (the sampler's
+    state: prompts taken from the stream, per-prompt history; absent in older checkpoints)."""
     return json.loads((checkpoint / "trainer_state.json").read_text())
 
 
@@ -43,21 +44,31 @@ def optimizer_state(model, optimizer) -> dict:
     return get_optimizer_state_dict(model, _inner(optimizer), options=options)
 
 
-def load_optimizer(acc, model, optimizer, checkpoint: Path) -> None:
-    """Restore the optimizer state of ``checkpoint``: :func:`optimizer_state`'s, read by the main
-    process and sent to the others, each keeping its shard; DeepSpeed's, each rank reading its
-    own partition. An older checkpoint's ``optimizer.state_dict()`` (keyed by parameter index)
-    loads as it was saved, on every process."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
+def load_optimizer(acc, model, optimizer, checkpoint: Path, lr: float, weight_decay: float) -> None:
+    """Restore the optimizer state of ``checkpoint``, under the run's current ``lr`` and
+    ``weight_decay`` (the state carries the values it was saved with): :func:`optimizer_state`'s,
+    read by the main process and sent to the others, each keeping its shard; DeepSpeed's, each
+    rank reading its own partition. An older checkpoint's ``optimizer.state_dict()`` (keyed by
+    parameter index) loads as it was saved, on every process."""
     deepspeed = (checkpoint / DEEPSPEED).is_dir()
     if deepspeed != sharding.is_deepspeed(acc):
         raise PodsError(f"checkpoint {checkpoint} holds {'DeepSpeed' if deepspeed else 'no DeepSpeed'} optimizer state: "
                         f"resume it {'under' if deepspeed else 'without'} DeepSpeed")
-    if deepspeed:
-        model.load_checkpoint(str(checkpoint / DEEPSPEED), tag=DEEPSPEED_TAG, load_module_strict=False,
-                              load_optimizer_states=True, load_lr_scheduler_states=False)
-        return
+    try:
+        if deepspeed:
+            model.load_checkpoint(str(checkpoint / DEEPSPEED), tag=DEEPSPEED_TAG, load_module_strict=False,
+                                  load_optimizer_states=True, load_lr_scheduler_states=False)
+        else:
+            _load_optimizer(acc, model, optimizer, checkpoint)
+    except (ValueError, RuntimeError, KeyError) as e:
+        raise PodsError(f"checkpoint {checkpoint} does not match the model's trainable weights: {first_line(e)}") from None
+    for group in _inner(optimizer).param_groups:
+        group["lr"], group["weight_decay"] = lr, weight_decay
+
+
+def _load_optimizer(acc, model, optimizer, checkpoint: Path) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
     world = acc.num_processes
     state = _read_optimizer(checkpoint) if acc.is_main_process else {}
     by_index = _by_index(state)
@@ -89,46 +100,78 @@ def load_weights(model, folder: Path, lora: bool) -> None:
     """Load a checkpoint's weights (an adapter, or the full model) into ``model``."""
     from safetensors.torch import load_file
 
-    if lora:
-        from peft import set_peft_model_state_dict
+    try:
+        if lora:
+            from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
-    else:
+            set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
+            return
         files = sorted(folder.glob("*.safetensors"))
         state = {k: v for f in files for k, v in load_file(f).items()}
         missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected or [k for k in missing if "lm_head" not in k]:  # tied heads are not saved
-            raise PodsError(f"checkpoint {folder} does not match the model")
+    except (RuntimeError, OSError, ValueError) as e:  # another LoRA rank, a full model for an adapter, ...
+        raise PodsError(f"checkpoint {folder} does not match the model: {first_line(e)}") from None
+    if unexpected or [k for k in missing if "lm_head" not in k]:  # tied heads are not saved
+        raise PodsError(f"checkpoint {folder} does not match the model")
 
 
 def save_checkpoint(s, step: int, keep: int = 1) -> None:
-    """Write the checkpoint of ``step`` for the run ``s`` (a trainer Setup); keep the last ``keep``."""
+    """Write the checkpoint of ``step`` for the run ``s`` (a trainer Setup); keep the last ``keep``.
+    A write that fails (a full disk, say) leaves the previous checkpoint as it was and raises
+    PodsError on every process."""
     acc = s.accelerator
     root = s.output_dir / "checkpoints"
     final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
+    error = None
     if acc.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    acc.wait_for_everyone()
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        except OSError as e:
+            error = _write_error(step, root, e)
+    error = _on_every_rank(acc, error)
     state_dict = acc.get_state_dict(s.model)  # whole on the main process, also under FSDP
+    optimizer = None
     if sharding.is_deepspeed(acc):  # every rank writes its partition of the optimizer state
-        s.model.save_checkpoint(str(tmp / DEEPSPEED), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True)
-        optimizer = None
+        if error is None:
+            s.model.save_checkpoint(str(tmp / DEEPSPEED), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True)
     else:
         optimizer = optimizer_state(s.model, s.optimizer)
     acc.wait_for_everyone()
-    if acc.is_main_process:
-        _share_tied(state_dict, acc.unwrap_model(s.model))
-        acc.unwrap_model(s.model).save_pretrained(tmp / "model", state_dict=state_dict)
-        s.tokenizer.save_pretrained(tmp / "model")
-        if optimizer is not None:
-            torch.save(optimizer, tmp / "optimizer.pt")
-        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "train_seconds": s.train_seconds}))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        for old in sorted(root.glob("step-*"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+    if acc.is_main_process and error is None:
+        try:
+            _share_tied(state_dict, acc.unwrap_model(s.model))
+            acc.unwrap_model(s.model).save_pretrained(tmp / "model", state_dict=state_dict)
+            s.tokenizer.save_pretrained(tmp / "model")
+            if optimizer is not None:
+                torch.save(optimizer, tmp / "optimizer.pt")
+            state = {"step": step, "train_seconds": s.train_seconds, "sampling": s.sampler.state_dict()}
+            (tmp / "trainer_state.json").write_text(json.dumps(state))
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+            shutil.rmtree(tmp, ignore_errors=True)
+            error = _write_error(step, root, e)
+        else:
+            for old in sorted(root.glob("step-*"))[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+    error = _on_every_rank(acc, error)
+    if error is not None:
+        raise PodsError(error)
     acc.wait_for_everyone()
+
+
+def _write_error(step: int, root: Path, e: Exception) -> str:
+    return f"cannot write the checkpoint of step {step} to {root}: {getattr(e, 'strerror', None) or first_line(e)}"
+
+
+def _on_every_rank(acc, error: str | None) -> str | None:
+    """The main process's ``error``, on every process."""
+    if acc.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        error = broadcast_object_list([error])[0]
+    return error
 
 
 def _share_tied(state_dict: dict, model) -> None:
@@ -140,12 +183,40 @@ def _share_tied(state_dict: dict, model) -> None:
             state_dict[name] = state_dict[first[id(param)]]
 
 
+def read_metrics(path: Path) -> list[dict]:
+    """The records of a ``metrics.jsonl`` (or another per-step log): one JSON object per line,
+    each with its ``step``. A last line cut short (the process was killed while writing it) is
+    dropped; any other line that is not such a record is an error naming the file and line."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise PodsError(f"{path}: not a podsrl log (not UTF-8 text)") from None
+    except OSError as e:
+        raise PodsError(f"cannot read {path}: {e.strerror or e}") from None
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if number == len(lines):  # no newline after it: a write cut short
+                break
+            raise PodsError(f"{path}:{number}: not a podsrl log record ({e.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise PodsError(f"{path}:{number}: not a podsrl log record (no step)")
+        records.append(record)
+    return records
+
+
 def truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop the lines of steps after the checkpoint (they will be redone)."""
+    """On resume, drop the lines of steps after the checkpoint (they will be redone), and a last
+    line cut short."""
     if not path.exists():
         return
-    lines = [l for l in path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= step]
-    write_atomic(path, "".join(l + "\n" for l in lines))
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in read_metrics(path) if r["step"] <= step))
+
 
 
 def write_atomic(path: Path, text: str) -> None:
