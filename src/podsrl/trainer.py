@@ -24,7 +24,6 @@ import itertools
 import json
 import logging
 import math
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -33,11 +32,11 @@ from pathlib import Path
 from typing import NamedTuple, TextIO
 
 import torch
-from accelerate import Accelerator, DistributedType
+from accelerate import Accelerator
 from accelerate.state import is_initialized as accelerate_state_exists
 from tqdm.auto import tqdm
 
-from podsrl import models, rundir
+from podsrl import models, rundir, sharding
 from podsrl.advantages import group_advantages
 from podsrl.checkpoint import load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic
 from podsrl.config import Config, to_dict, to_yaml, trained_per_prompt
@@ -115,19 +114,16 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     folder (locked for this run) while the model loads."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
     if accelerator is None:
-        # several processes and fewer GPUs than processes on this machine (torchrun, accelerate
-        # launch): the processes run on the CPU, data parallel over gloo
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-        cpu_ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1 and torch.cuda.device_count() < local
         if c.mixed_precision == "fp16" and not torch.cuda.is_available():
             raise PodsError("mixed_precision=fp16 needs a CUDA GPU; use bf16 or no on this machine")
-        cuda = torch.cuda.is_available() and not cpu_ranks
+        cuda = torch.cuda.is_available() and not sharding.cpu_processes()
         precision = mixed_precision(c.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
                                     "cuda" if cuda else "cpu", cuda and torch.cuda.is_bf16_supported(), c.model.dtype)
         if c.mixed_precision is None and accelerate_state_exists():
             precision = None  # accelerate keeps one precision per process: the one already set
-        accelerator = Accelerator(log_with=c.report_to or None, project_dir=output_dir, cpu=cpu_ranks,
-                                  mixed_precision=precision)
+        # processes without a GPU each run on the CPU over gloo, sharded if the launcher asks
+        accelerator = sharding.make_accelerator(log_with=c.report_to or None, project_dir=output_dir,
+                                                mixed_precision=precision)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
@@ -163,19 +159,20 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    prompts = c.prompts_per_step // accelerator.num_processes
+    model, optimizer = sharding.prepare(accelerator, model, optimizer, micro_batch_size(c, prompts), c.max_grad_norm)
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
 
-    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharded else None
+    # a sharded output layer is whole only inside the forward: full logits there
+    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharding.is_sharded(accelerator) else None
     s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
               scorer, run, ref_model=ref_model, head=head)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     state = {}
     if resume_from is not None:
         state = read_state(resume_from)
-        load_optimizer(optimizer, resume_from, lr=c.lr, weight_decay=c.weight_decay)
+        load_optimizer(accelerator, model, optimizer, resume_from, lr=c.lr, weight_decay=c.weight_decay)
         s.start_step, s.train_seconds = state["step"], state["train_seconds"]
     s.sampler = Sampler(c, task, s.engine, scorer, tokenizer, s.system_prompt, accelerator, state.get("sampling"),
                         s.start_step)
@@ -237,10 +234,13 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     model.train()
     s.optimizer.zero_grad(set_to_none=True)
     chunks = list(torch.split(trained, micro))
-    for i, part in enumerate(chunks):
+    # sharded: as many passes as the busiest rank; the extra ones (one row, weight 0) only take part
+    extra = sharding.micro_batches_everywhere(acc, len(chunks)) - len(chunks)
+    weights = [1.0] * len(chunks) + [0.0] * extra
+    for i, part in enumerate(chunks + [trained[:1]] * extra):
         r = rows[part]
         ids, cmask = rollouts.completion_ids[r, :C], rollouts.completion_mask[r, :C]
-        sync = i == len(chunks) - 1
+        sync = i == len(weights) - 1
         with nullcontext() if sync else acc.no_sync(model):
             logp = completion_logprobs(model, rollouts.prompt_ids[r], rollouts.prompt_mask[r], ids, cmask, s.head)
             ref = reference_logprobs(s, rollouts, r, C) if c.beta > 0 else None
@@ -249,7 +249,9 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
                 epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
                 max_completion_length=c.rollout.max_new_tokens, num_sequences=len(rows), num_tokens=float(num_tokens),
             )
-            acc.backward(loss)
+            sharding.backward(acc, model, loss * weights[i], last=sync)
+        if not weights[i]:
+            continue
         w = float(stats.num_tokens)
         totals["loss"] += loss.item()
         totals["clip_fraction"] += float(stats.clip_fraction) * w
@@ -343,8 +345,10 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
     while step < c.steps and not (c.time_budget_s and s.train_seconds >= c.time_budget_s):
         step += 1
         t0 = time.perf_counter()
-        # 1-3. this rank's prompts and their rollouts, scored while later ones are generated
-        groups = s.sampler.step_groups(step)
+        # 1-3. this rank's prompts and their rollouts, scored while later ones are generated; sharded:
+        # on weights gathered once, so that ranks decode independently
+        with sharding.whole_for_generation(s.model):
+            groups = s.sampler.step_groups(step)
         t2 = time.perf_counter()
         # 4-5. select m per prompt; advantages over the selected subset
         chosen = down_sample(c, groups.rewards, step, groups.sizes)
@@ -408,8 +412,9 @@ def _log_completions(file, c: Config, step: int, groups: Groups, chosen: Selecte
 
 def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
     t = time.perf_counter()
-    accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
-                                 c.eval_temperature, s.accelerator, keep=c.log_completions)
+    with sharding.whole_for_generation(s.model):  # a rank may have no problem to generate for
+        accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
+                                     c.eval_temperature, s.accelerator, keep=c.log_completions)
     result = {"eval_accuracy": accuracy, "eval_seconds": time.perf_counter() - t, "eval_step": step}
     if s.eval_log:  # the main process's share of the held-out problems, the first of them
         s.eval_log.writelines(json.dumps({"step": step, **sample}) + "\n" for sample in samples)
