@@ -24,6 +24,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
