@@ -42,9 +42,11 @@ test: install install-vllm
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) test-vllm
 
-# the tests that need vLLM (tests/test_vllm.py), where vLLM is installed
+# the tests that need vLLM (tests/test_vllm.py), where vLLM is installed; one OpenMP thread per
+# process: on a machine busy with other work, vLLM's and torch's multi-threaded CPU kernels stall in
+# OpenMP barriers (10-20x slower, measured), and one thread costs at most 2x on an idle 2-core machine
 test-vllm: install-vllm
-	$(VLLM_BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_vllm.py
+	OMP_NUM_THREADS=1 $(VLLM_BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_vllm.py
 
 bench: install
 	$(BIN)/python benchmarks/selection.py
