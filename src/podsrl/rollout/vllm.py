@@ -18,6 +18,7 @@ awake, and ``rollout.kv_cache_mb`` sets its KV cache exactly (on a CPU, memory o
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from collections.abc import Iterator
 
@@ -49,7 +50,11 @@ class VLLMEngine:
         # the engine in this process (vLLM's default is a separate engine process), so that the
         # weights are pushed by reference; external_launcher sets this too
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not vLLM's per-request notes among the run's
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # a training run sends nothing anywhere unasked
         from vllm import LLM
+
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_rotary_reload_notice)
 
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.eos_ids = eos_token_ids(model, tokenizer)
@@ -183,6 +188,13 @@ def lora_delta(layer) -> torch.Tensor:
         b = _full(layer.lora_B[adapter].weight).float()  # [out, r]
         delta = delta + (b @ a) * layer.scaling[adapter]
     return delta.T if getattr(layer, "fan_in_fan_out", False) and torch.is_tensor(delta) else delta
+
+
+def _rotary_reload_notice(record: logging.LogRecord) -> bool:
+    """Drop the warning vLLM's in-place reload gives at every push for a rotary embedding: it has no
+    weights in a checkpoint (its cos/sin table is computed from the config), and vLLM keeps the
+    table it has, as it should."""
+    return not record.getMessage().endswith("RotaryEmbedding: Failed to load weights")
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
