@@ -84,3 +84,24 @@ def gated(completions, completion_ids, **_):
 def text_length(completions, **_):
     """A deterministic reward of the text alone (so a logged completion can be re-scored)."""
     return [float(len(c) % 5) / 4 for c in completions]
+
+
+def exits(completions, **_):
+    """Calls sys.exit(0), as a script's main() might."""
+    import sys
+
+    sys.exit(0)
+
+
+def hungry(completions, **_):
+    """Allocates about 2 GB on "eat" (as a runaway sympy expansion would); 1.0 otherwise."""
+    if any("eat" in c for c in completions):
+        block = bytearray(2 * 2**30)
+        return [float(len(block) > 0)] * len(completions)
+    return [1.0] * len(completions)
+
+
+def constant_on_even(completions, completion_ids, question, **_):
+    """1.0 for every completion of a question whose first operand is even (a group without signal),
+    ``varied`` otherwise."""
+    return [1.0 if int(q.split()[0]) % 2 == 0 else v for q, v in zip(question, varied(completions, completion_ids))]

@@ -340,3 +340,144 @@ def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, ca
     assert first.returncode == 0, first_err[-3000:]
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-000003"]
+
+
+# --------------------------------------------------------------------------- values config must refuse
+
+
+@pytest.mark.parametrize("override,message", [
+    ("lr=inf", "lr must be a finite number, got inf"),
+    ("lr=-1e-5", "lr must be > 0, got -1e-05"),
+    ("max_grad_norm=nan", "max_grad_norm must be a finite number, got nan"),
+    ("rollout.top_p=2", "rollout.top_p must be in (0, 1], got 2.0"),
+    ("rollout.temperature=inf", "rollout.temperature must be a finite number, got inf"),
+    ("rollout.batch_size=0", "rollout.batch_size must be >= 1, got 0"),
+    ("task.test_size=-1", "task.test_size must be >= 0 (0: all), got -1"),
+    ("time_budget_s=nan", "time_budget_s must be a finite number, got nan"),
+    ("eval_every_s=nan", "eval_every_s must be a finite number, got nan"),
+    ("eval_every_s=-5", "eval_every_s must be >= 0, got -5.0"),
+    ("weight_decay=-1", "weight_decay must be >= 0, got -1.0"),
+    ("model.lora_dropout=2", "model.lora_dropout must be in [0, 1), got 2.0"),
+    ("report_to=[nope]", "unknown tracker 'nope' in report_to"),
+    ("reward_weights=[nan]", "reward_weights[0] must be a finite number, got nan"),
+    ("task.digits=0", "task.digits must be >= 1, got 0"),
+    ("task.operations=/", "task.operations must be drawn from '+-*', got '/'"),
+    ("rewards=[nope]", "unknown reward 'nope'"),
+    ("reward_memory_mb=-1", "reward_memory_mb must be >= 0"),
+    ("epsilon_low=1.5", "epsilon_low must be in [0, 1)"),
+])
+@pytest.mark.parametrize("command", ["config", "train"])
+def test_nonsense_values_are_refused_at_config_time(capsys, tmp_path, override, message, command):
+    code, err = cli(capsys, command, override, f"output_dir={tmp_path / 'out'}")
+    assert_one_error(code, err, message)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("row,message", [
+    ({"question": None, "answer": "#### 2"}, "problem 2: 'question' must be non-empty text, got null"),
+    ({"question": 12, "answer": "#### 2"}, "problem 2: 'question' must be non-empty text, got int 12"),
+    ({"question": "1 + 1 =", "answer": None}, "problem 2: 'answer' must be text or a number, got null"),
+    ({"question": "1 + 1 =", "answer": [2]}, "problem 2: 'answer' must be text or a number, got list [2]"),
+])
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_task_fields_of_the_wrong_type(capsys, tmp_path, tiny_overrides, row, message, command):
+    data = tmp_path / "data"
+    data.mkdir()
+    good = {"question": "2 + 2 =", "answer": "#### 4"}
+    for split in ("train", "test"):
+        (data / f"{split}.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    code, err = cli(capsys, command, *tiny_overrides, "task.name=gsm8k", f"task.path={data}")
+    assert_one_error(code, err, message)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("workers", ["reward_workers=0", "reward_workers=1"])
+def test_a_reward_that_calls_sys_exit_is_a_failing_reward(capsys, tmp_path, tiny_overrides, workers):
+    code, err = cli(capsys, "train", *tiny_overrides, "rewards=[rewards_for_tests:exits]", workers)
+    assert_one_error(code, err, "reward 'rewards_for_tests:exits' raised SystemExit: 0")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_reward_worker_over_its_memory_cap_scores_zero_and_is_replaced():
+    from podsrl.rewards import load_reward
+
+    scorer = Scorer({"r": load_reward("rewards_for_tests:hungry")}, [1.0], workers=1, timeout=20, memory_mb=300)
+    try:
+        for _ in range(2):  # the replaced worker scores the next step as before
+            step = scorer.start({"prompts": ["p"]}, 3)
+            step.add(0, ["fine", "eat this", "fine"], [[1], [2], [3]])
+            result = step.result()
+            assert result.rewards.tolist() == [[1.0, 0.0, 1.0]] and result.timeouts == 1
+    finally:
+        scorer.close()
+
+
+def test_a_full_disk_while_checkpointing(capsys, tmp_path, tiny_overrides, monkeypatch):
+    """torch.save reports a failed write (ENOSPC) as a RuntimeError; the run ends with one line,
+    the checkpoint before stays as it was, and no half-written checkpoint is left."""
+    from podsrl import checkpoint
+
+    run = tmp_path / "run"
+    assert cli(capsys, "train", *tiny_overrides, "steps=1")[0] == 0
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+
+    def full_disk(obj, path, *a, **k):
+        open(path, "wb").write(b"\0" * 10)  # part of it written, then the disk is full
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0\nPytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")
+    assert_one_error(code, err, f"cannot write the checkpoint of step 2 to {run / 'checkpoints'}: [enforce fail")
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.name != "metrics.jsonl") == \
+        [p for p in before if p != "metrics.jsonl"]
+    monkeypatch.undo()
+    assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")[0] == 0
+
+
+# --------------------------------------------------------------------------- resume under another config
+
+
+def test_resume_under_changed_settings_is_refused_naming_them(capsys, tmp_path, tiny_overrides):
+    run = tmp_path / "run"
+    assert cli(capsys, "train", *tiny_overrides, "steps=1")[0] == 0
+    config = (run / "config.yaml").read_text()
+    for extra, message in [
+        (["n=8", "m=4"], "n: 4 -> 8; m: 2 -> 4"),
+        (["lr=0.01"], "lr: 0.001 -> 0.01"),
+        (["mode=grpo"], "mode: 'pods' -> 'grpo'"),
+        (["task.digits=2", "prompts_per_step=4"], "prompts_per_step: 2 -> 4; task.digits: 1 -> 2"),
+        (["model.lora_r=4"], "model.lora_r: 0 -> 4"),
+    ]:
+        code, err = cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true", *extra)
+        assert_one_error(code, err, f"resume=true would continue {run} with settings that differ from its config.yaml ({message})")
+        assert (run / "config.yaml").read_text() == config and not (run / rundir.LOCK).exists()
+    # steps may grow; what only changes reporting may change
+    assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true", "log_completions=2")[0] == 0
+
+
+def test_a_forced_resume_trains_with_the_new_settings(capsys, tmp_path, tiny_overrides, monkeypatch):
+    import podsrl.trainer as trainer
+
+    run = tmp_path / "run"
+    assert cli(capsys, "train", *tiny_overrides, "steps=1")[0] == 0
+    rates = []
+    real_update = trainer.update
+    monkeypatch.setattr(trainer, "update", lambda s, *a: rates.append(s.optimizer.param_groups[0]["lr"]) or real_update(s, *a))
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true", "lr=0.01", "allow_config_change=true")
+    assert code == 0, err
+    assert rates == [0.01]  # the optimizer's state came from the checkpoint, its learning rate from the config
+    assert "lr: 0.01" in (run / "config.yaml").read_text()
+    assert "lr: 0.001" in (run / "config.before-step-000001.yaml").read_text()
+    # a change the checkpoint cannot take is one line, not a traceback
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=3", "resume=true", "lr=0.01", "model.lora_r=4",
+                    "allow_config_change=true")
+    assert_one_error(code, err, "does not match the model")
+
+
+def test_a_torn_last_metrics_line_does_not_block_resume(capsys, tmp_path, tiny_overrides):
+    run = tmp_path / "run"
+    assert cli(capsys, "train", *tiny_overrides, "steps=1")[0] == 0
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 2, "train_sec')  # killed while writing step 2's line
+    assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")[0] == 0
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]

@@ -1,10 +1,13 @@
 """podsrl compare: time-to-GRPO-peak arithmetic on hand-made curves; resume and extend."""
 
 import json
+import math
+import re
 import shutil
 
 import pytest
 
+from conftest import REPO
 from podsrl.compare import bootstrap_speedup, parse_methods, summarise, write_reports
 from podsrl.config import load_config
 from podsrl.errors import PodsError
@@ -13,8 +16,8 @@ from podsrl.errors import PodsError
 def write_run(folder, evals, step_rows=()):
     folder.mkdir(parents=True)
     lines = [{"step": i, "train_seconds": t, "eval_accuracy": a} for i, (t, a) in enumerate(evals)]
-    lines += [{"step": s, "train_seconds": t, "generation_s": g, "scoring_s": g / 10, "update_s": u, "update_peak_memory_mb": mb}
-              for s, t, g, u, mb in step_rows]
+    lines += [{"step": s, "train_seconds": t, "generation_s": g, "scoring_s": g / 10, "update_s": u, "update_peak_memory_mb": mb,
+               "rollouts_generated": 16 * s} for s, t, g, u, mb in step_rows]
     lines.sort(key=lambda r: (r["train_seconds"], "eval_accuracy" not in r))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
 
@@ -58,6 +61,13 @@ def test_summary_hand_computed(tmp_path):
     assert "| pods | 0.575" in table and "| grpo-ga |" in table and "| 4.00, 0.50 |" in table
     assert "pods-part (seeds 1: GRPO's peak 0.400)" in table
     assert "| score s/step |" in table and "| 20.0 | 1.5 | 0.15 | 4.0 | 120 |" in table
+    # on the steps axis (evaluations at steps 0, 1, 2, ...): GRPO seed 0 reaches its peak 0.6 at
+    # step 2, PODS at step 1; seed-mean step curves: GRPO 0.15, 0.45, 0.45 (peak 0.45 at step 1),
+    # PODS 0.15, 0.525 (reaching it at step 1, where on the time axis it never does), GRPO-GA 0.15, 0.45
+    assert [p["steps_to_grpo_peak"] for p in pods["per_seed"]] == [1, 1] and grpo["steps_to_grpo_peak"] == 1
+    assert pods["steps_to_grpo_peak"] == 1 and ga["steps_to_grpo_peak"] == 1 and ga["step_speedup_vs_grpo"] == 1.0
+    assert grpo["per_seed"][0]["rollouts_per_step"] == 24 and pods["per_seed"][0]["rollouts_per_step"] == 16
+    assert "| 1 (1.00x) | 24 |" in table
     assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["grpo-ga"]["speedup_vs_grpo"] == pytest.approx(0.2)
 
@@ -94,12 +104,12 @@ def test_compare_runs_resumes_and_extends(tiny_model_dir, tmp_path):
     args = [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
             "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]"]
     out = tmp_path / "cmp"
-    first = run_all(None, args, ["grpo,pods"], 1, 0.001, out, 0.2)  # stops after one step
+    first = run_all(None, args, ["grpo,pods"], 1, 0.001, out, 0.2, keep="checkpoint")  # stops after one step
     steps_before = first["methods"]["pods"]["per_seed"][0]["steps"]
-    again = run_all(None, args, ["grpo,pods"], 1, 0.001, out, 0.2)  # finished: nothing retrained
+    again = run_all(None, args, ["grpo,pods"], 1, 0.001, out, 0.2, keep="checkpoint")  # finished: nothing retrained
     assert again["methods"]["pods"]["per_seed"][0]["steps"] == steps_before
     spent = max(first["methods"][m]["per_seed"][0]["train_seconds"] for m in ("grpo", "pods"))
-    longer = run_all(None, args, ["grpo,pods"], 1, 4 * spent / 60, out, 0.2)  # extended from the checkpoint
+    longer = run_all(None, args, ["grpo,pods"], 1, 4 * spent / 60, out, 0.2, keep="checkpoint")  # extended from the checkpoint
     rows = [json.loads(l) for l in (out / "pods" / "seed-0" / "metrics.jsonl").read_text().splitlines()]
     assert longer["methods"]["pods"]["per_seed"][0]["steps"] > steps_before
     assert [r["step"] for r in rows if r["step"] == 0] == [0]  # the base evaluation was not redone
@@ -107,6 +117,164 @@ def test_compare_runs_resumes_and_extends(tiny_model_dir, tmp_path):
     metrics = (out / "pods" / "seed-0" / "metrics.jsonl").read_text()
     for run in ("grpo", "pods"):
         shutil.rmtree(out / run / "seed-0" / "checkpoints")
-    run_all(None, args, ["grpo,pods"], 1, 4 * spent / 60, out, 0.2)
+    run_all(None, args, ["grpo,pods"], 1, 4 * spent / 60, out, 0.2, keep="checkpoint")
     assert (out / "pods" / "seed-0" / "metrics.jsonl").read_text() == metrics
     assert not (out / "pods" / "seed-0" / "checkpoints").exists()
+
+
+# --------------------------------------------------------------------------- what compare refuses
+
+
+def tiny_compare_args(tiny_model_dir) -> list[str]:
+    return [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
+            "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]"]
+
+
+def test_a_finished_comparison_is_not_reused_under_another_config(tiny_model_dir, tmp_path):
+    from podsrl.compare import run_all
+
+    args, out = tiny_compare_args(tiny_model_dir), tmp_path / "cmp"
+    run_all(None, args, ["grpo,pods"], 1, 0.001, out, 0.2)
+    metrics = (out / "pods" / "seed-0" / "metrics.jsonl").read_text()
+    with pytest.raises(PodsError, match=r"reuse grpo seed 0 in .*n: 2 -> 4; m: 2 -> 4.*allow_config_change"):
+        run_all(None, args + ["n=8", "m=4"], ["grpo,pods"], 1, 0.001, out, 0.2)
+    with pytest.raises(PodsError, match=r"reuse pods seed 0 in .*rule: 'max_variance' -> 'random'"):
+        run_all(None, args, ["grpo", "pods:rule=random"], 1, 0.001, out, 0.2)
+    with pytest.raises(PodsError, match=r"time_budget_s: 0.06 -> 0.03"):  # a shorter budget than the runs had
+        run_all(None, args, ["grpo,pods"], 1, 0.0005, out, 0.2)
+    assert (out / "pods" / "seed-0" / "metrics.jsonl").read_text() == metrics  # nothing was retrained
+    # a new method and a new seed extend the comparison; the runs already there are reused
+    summary = run_all(None, args, ["grpo,pods", "pods-random:rule=random"], 2, 0.001, out, 0.2)
+    assert (out / "pods" / "seed-0" / "metrics.jsonl").read_text() == metrics
+    assert {m: len(r["per_seed"]) for m, r in summary["methods"].items()} == {"grpo": 2, "pods": 2, "pods-random": 2}
+    # forced: the recorded runs are taken as they are
+    forced = run_all(None, args + ["n=8", "m=4"], ["grpo,pods"], 1, 0.001, out, 0.2, allow_config_change=True)
+    assert forced["methods"]["pods"]["per_seed"][0]["steps"] == summary["methods"]["pods"]["per_seed"][0]["steps"]
+
+
+def test_finished_runs_keep_metrics_only_unless_asked(tiny_model_dir, tmp_path):
+    from podsrl.compare import run_all
+
+    args = tiny_compare_args(tiny_model_dir)
+    run_all(None, args, ["grpo"], 1, 0.001, tmp_path / "a", 0.2)
+    run_all(None, args, ["grpo"], 1, 0.001, tmp_path / "b", 0.2, keep="model")
+    run_all(None, args, ["grpo"], 1, 0.001, tmp_path / "c", 0.2, keep="checkpoint")
+    kept = {name: sorted(p.name for p in (tmp_path / name / "grpo" / "seed-0").iterdir()) for name in "abc"}
+    assert kept["a"] == ["config.yaml", "metrics.jsonl"]
+    assert kept["b"] == ["config.yaml", "final_model", "metrics.jsonl"]
+    assert kept["c"] == ["checkpoints", "config.yaml", "metrics.jsonl"]
+    assert (tmp_path / "b" / "grpo" / "seed-0" / "final_model" / "model.safetensors").is_file()
+    # a pruned run is done: a rerun retrains nothing
+    metrics = (tmp_path / "a" / "grpo" / "seed-0" / "metrics.jsonl").read_text()
+    run_all(None, args, ["grpo"], 1, 0.001, tmp_path / "a", 0.2)
+    assert (tmp_path / "a" / "grpo" / "seed-0" / "metrics.jsonl").read_text() == metrics
+
+
+@pytest.mark.parametrize("specs,message", [
+    (["grpo,podss"], "unknown method 'podss'"),
+    (["grpo", "x:rule=random", "x:rule=percentile"], "method 'x' is given twice"),
+    (["grpo,pods,pods"], "method 'pods' is given twice"),
+    (["grpo", "../escape:rule=random"], "method name '../escape' must be"),
+    (["grpo", "a/b:n=8"], "method name 'a/b' must be"),
+    (["grpo,n=8"], "method override 'n=8' must follow a definition"),
+    (["pods"], "compare needs the grpo method"),
+])
+def test_bad_method_specs(specs, message):
+    with pytest.raises(PodsError, match=re.escape(message)):
+        parse_methods(specs, load_config(None, ["n=32", "m=8"]))
+
+
+def test_a_custom_method_after_builtins_in_one_spec():
+    methods = parse_methods(["grpo,pods:rule=random,n=16", "p2:rule=percentile"], load_config(None, ["n=32", "m=8"]))
+    assert methods == {"grpo": ["mode=grpo", "n=8"], "pods": ["mode=pods", "rule=random", "n=16"],
+                       "p2": ["mode=pods", "rule=percentile"]}
+
+
+def test_a_peak_at_the_first_evaluation_is_reached_at_time_zero(tmp_path):
+    from podsrl.compare import speedup
+
+    assert speedup(0.0, 0.0) == 1.0 and speedup(10.0, 0.0) == math.inf and speedup(10.0, 5.0) == 2.0
+    assert speedup(10.0, None) is None
+    # GRPO never improves on its base model: its peak is at 0 s, and so is every method's
+    write_run(tmp_path / "grpo" / "seed-0", [(0, 0.5), (10, 0.4)])
+    write_run(tmp_path / "pods" / "seed-0", [(0, 0.5), (10, 0.45)])
+    s = summarise(tmp_path, ["grpo", "pods"], 1)
+    assert s["grpo_time_to_peak_s"] == 0
+    for m in ("grpo", "pods"):
+        assert s["methods"][m]["time_to_grpo_peak_s"] == 0 and s["methods"][m]["speedup_vs_grpo"] == 1.0
+        assert s["methods"][m]["per_seed"][0]["speedup_vs_grpo"] == 1.0 and s["methods"][m]["seeds_reaching_grpo_peak"] == 1
+
+
+# --------------------------------------------------------------------------- plot and the CLI
+
+
+def cli(capsys, *args):
+    from podsrl.cli import main
+
+    code = main(list(args))
+    return code, capsys.readouterr()
+
+
+def one_error(code, captured, message):
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("podsrl: error: ") and message in lines[0], captured.err
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "holds no evaluated compare run of grpo"),
+    (b'{"step": 0, "train_seconds": 0, "eval_accuracy": 0.5}\n{"step": 1, "train_sec\n{"step": 2}\n', "metrics.jsonl:2: not a podsrl log record"),
+    (b"garbage\nmore garbage\n", "metrics.jsonl:1: not a podsrl log record"),
+    (b"\x00\x9f\x92\x96\xff" * 20, "metrics.jsonl: not a podsrl log (not UTF-8 text)"),
+    (b'{"step": 0, "train_seconds": "soon", "eval_accuracy": 0.5}\n', "not a podsrl metrics record"),
+    (b'[1, 2]\n', "metrics.jsonl:1: not a podsrl log record (no step)"),
+])
+def test_plot_of_a_broken_metrics_file_is_one_line(capsys, tmp_path, content, message):
+    (tmp_path / "grpo" / "seed-0").mkdir(parents=True)
+    (tmp_path / "grpo" / "seed-0" / "metrics.jsonl").write_bytes(content)
+    one_error(*cli(capsys, "plot", str(tmp_path)), message)
+
+
+def test_plot_reads_a_torn_last_line_ignores_other_folders_and_names_missing_seeds(capsys, tmp_path):
+    write_run(tmp_path / "grpo" / "seed-0", [(0, 0.2), (10, 0.6)])
+    write_run(tmp_path / "grpo" / "seed-1", [(0, 0.2), (10, 0.5)])
+    write_run(tmp_path / "pods" / "seed-0", [(0, 0.2), (5, 0.6)])
+    with (tmp_path / "pods" / "seed-0" / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "train_seconds": 12.0, "eval_acc')  # killed while writing
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "seed-0").mkdir()
+    code, captured = cli(capsys, "plot", str(tmp_path))
+    assert code == 0, captured.err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert list(summary["methods"]) == ["grpo", "pods"] and summary["missing_runs"] == ["pods seed 1"]
+    assert summary["methods"]["pods"]["per_seed"][0]["peak_accuracy"] == 0.6
+    assert "Not in the table (no run, or no evaluation yet): pods seed 1." in captured.out
+    assert captured.err.strip() == "podsrl: note: not in the table (no run, or no evaluation yet): pods seed 1"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--budget-minutes", "nan"], "--budget-minutes must be a number > 0, got nan"),
+    (["--budget-minutes", "inf"], "--budget-minutes must be a number > 0, got inf"),
+    (["--eval-every-s", "nan"], "--eval-every-s must be a number > 0, got nan"),
+    (["--seeds", "0"], "--seeds must be >= 1"),
+    (["--seeds", "two"], "argument --seeds: invalid int value: 'two'"),
+    (["--keep", "everything"], "argument --keep: invalid choice: 'everything'"),
+    (["--methods", "grpo,podss"], "unknown method 'podss'"),
+    (["eval_every_s=nan"], "eval_every_s must be a finite number, got nan"),
+])
+def test_compare_arguments(capsys, tmp_path, args, message):
+    one_error(*cli(capsys, "compare", str(REPO / "configs" / "smoke.yaml"), *args, "--out", str(tmp_path / "out")), message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_into_a_file(capsys, tmp_path):
+    (tmp_path / "file").write_text("x")
+    one_error(*cli(capsys, "compare", "--out", str(tmp_path / "file")), f"--out {tmp_path / 'file'} is a file, not a folder")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["nonsense"], "argument command: invalid choice: 'nonsense'"),
+    ([], "the following arguments are required: command"),
+    (["plot"], "the following arguments are required: out"),
+])
+def test_usage_errors_are_one_line(capsys, args, message):
+    one_error(*cli(capsys, *args), message)

@@ -49,8 +49,8 @@ def test_vllm_not_installed_is_a_clear_error(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where there is no GPU")
 @pytest.mark.parametrize("overrides, message", [
     (["rollout.sleep=true"], "rollout.sleep=true needs a CUDA GPU (vLLM's sleep mode); drop it on this machine"),
-    (["rollout.kv_cache_mb=0"], "rollout.kv_cache_mb must be >= 1"),
-    (["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1]"),
+    (["rollout.kv_cache_mb=0"], "rollout.kv_cache_mb must be >= 1, got 0"),
+    (["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1], got 1.5"),
 ])
 def test_bad_vllm_settings_are_one_line(tmp_path, overrides, message):
     result = train("rollout.engine=vllm", *overrides, f"output_dir={tmp_path / 'out'}")
@@ -186,6 +186,10 @@ def test_vllm_samples_from_the_updated_policy(policy, engine):
         engine.sync_weights()
 
 
+def kept_tokens(rollouts, row: int) -> list[int]:
+    return rollouts.completion_ids[row][rollouts.completion_mask[row].bool()].tolist()
+
+
 @needs_vllm
 def test_vllm_rollouts_are_seeded_grouped_and_end_at_eos(policy, engine):
     model, tokenizer, prompts = policy
@@ -198,6 +202,12 @@ def test_vllm_rollouts_are_seeded_grouped_and_end_at_eos(policy, engine):
     # a prompt's rollouts depend on its seed, not on the prompts beside it
     alone = engine.generate(prompts[2:3], 4, 0.9, 12, seeds=[13])
     assert torch.equal(alone.completion_ids, a.completion_ids[8:12, : alone.completion_ids.shape[1]])
+    # rollouts drawn in rounds (rows 0-2, then row 3, a request of one sample) are those of one call
+    first = engine.generate(prompts[:2], 3, 0.9, 12, seeds=[11, 12])
+    then = engine.generate(prompts[:2], 1, 0.9, 12, seeds=[11, 12], first_row=3)
+    one_call = [kept_tokens(a, row) for row in range(8)]
+    assert [kept_tokens(first, row) for row in range(6)] == one_call[0:3] + one_call[4:7]
+    assert [kept_tokens(then, row) for row in range(2)] == [one_call[3], one_call[7]]
     # n different samples per prompt, rows grouped by prompt
     assert len(a.texts) == 16 and len({tuple(r.tolist()) for r in a.completion_ids[:4]}) > 1
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -243,12 +253,16 @@ def test_vllm_gets_the_lora_adapter_merged(policy):
 
 @needs_vllm
 def test_vllm_smoke_run(tmp_path):
-    result = train("rollout.engine=vllm", f"rollout.kv_cache_mb={KV_CACHE_MB}", f"output_dir={tmp_path / 'run'}")
+    """A 2-step run of configs/smoke.yaml (2 prompts, n = 4, m = 2), its rollouts drawn in rounds
+    of m (adaptive_n): 4 to 8 rollouts a step, two per prompt and round."""
+    result = train("rollout.engine=vllm", f"rollout.kv_cache_mb={KV_CACHE_MB}", "adaptive_n=true",
+                   f"output_dir={tmp_path / 'run'}")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "eval_accuracy" in rows[0] and "eval_accuracy" in rows[-1]
     assert all(r["grad_norm"] > 0 and r["completion_length"] > 0 for r in rows[1:])
+    assert all(4 <= r["rollouts_generated"] <= 8 and r["rollouts_generated"] % 2 == 0 for r in rows[1:])
     assert (tmp_path / "run" / "checkpoints" / "step-000002" / "model").is_dir()
 
 

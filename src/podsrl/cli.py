@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 
@@ -76,9 +77,15 @@ def cmd_compare(args) -> int:
 
     from podsrl.compare import run_all
 
-    if args.seeds < 1 or args.budget_minutes <= 0:
-        raise PodsError("--seeds must be >= 1 and --budget-minutes > 0")
-    summary = run_all(*_split(args), args.methods, args.seeds, args.budget_minutes, Path(args.out), args.eval_every_s)
+    if args.seeds < 1:
+        raise PodsError(f"--seeds must be >= 1, got {args.seeds}")
+    if not (math.isfinite(args.budget_minutes) and args.budget_minutes > 0):
+        raise PodsError(f"--budget-minutes must be a number > 0, got {args.budget_minutes}")
+    if not (math.isfinite(args.eval_every_s) and args.eval_every_s > 0):
+        raise PodsError(f"--eval-every-s must be a number > 0, got {args.eval_every_s}")
+    summary = run_all(*_split(args), args.methods, args.seeds, args.budget_minutes, Path(args.out), args.eval_every_s,
+                      keep=args.keep, allow_config_change=args.allow_config_change)
+    _warn_missing(summary)
     print((Path(args.out) / "summary.md").read_text(), end="")
     return 0 if summary["methods"] else 1
 
@@ -86,20 +93,34 @@ def cmd_compare(args) -> int:
 def cmd_plot(args) -> int:
     from pathlib import Path
 
-    from podsrl.compare import summarise, write_reports
+    from podsrl.compare import compared_methods, summarise, write_reports
 
     out = Path(args.out)
-    methods = sorted(p.name for p in out.iterdir() if p.is_dir()) if out.is_dir() else []
-    if "grpo" not in methods:
-        raise PodsError(f"{out} holds no compare runs (no grpo/ folder)")
-    seeds = max(len(list((out / m).glob("seed-*"))) for m in methods)
-    write_reports(out, summarise(out, ["grpo"] + [m for m in methods if m != "grpo"], seeds))
+    methods, seeds = compared_methods(out)
+    summary = summarise(out, methods, seeds) if "grpo" in methods else None
+    if not summary or not summary["methods"]["grpo"]["per_seed"]:
+        raise PodsError(f"{out} holds no evaluated compare run of grpo (grpo/seed-N/metrics.jsonl)")
+    write_reports(out, summary)
+    _warn_missing(summary)
     print((out / "summary.md").read_text(), end="")
     return 0
 
 
+def _warn_missing(summary: dict) -> None:
+    if summary.get("missing_runs"):
+        print(f"podsrl: note: not in the table (no run, or no evaluation yet): {', '.join(summary['missing_runs'])}",
+              file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one ``podsrl: error:`` line and exit code 2."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"podsrl: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="podsrl", description="RL with verifiable rewards and PODS down-sampling")
+    parser = _Parser(prog="podsrl", description="RL with verifiable rewards and PODS down-sampling")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, text in [
         ("train", cmd_train, "train a policy (no arguments: the embedded CPU default)"),
@@ -119,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-minutes", type=float, default=5.0, help="training clock per run (evaluation excluded)")
     p.add_argument("--eval-every-s", type=float, default=30.0, help="evaluate each time the training clock passes this")
     p.add_argument("--out", default="compare", help="output folder (runs, summary, plots); rerun to resume or extend")
+    p.add_argument("--keep", choices=["metrics", "model", "checkpoint"], default="metrics",
+                   help="what a finished run keeps besides its config and logs: nothing more (default), its final model "
+                   "(final_model/), or its last checkpoint, from which a larger --budget-minutes resumes it")
+    p.add_argument("--allow-config-change", action="store_true",
+                   help="reuse or resume runs whose result-changing settings differ from their config.yaml")
     p.set_defaults(fn=cmd_compare)
     p = sub.add_parser("plot", help="rebuild a compare folder's summary, table and plots")
     p.add_argument("out")
@@ -127,7 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # a usage error (one line, above) or --help
+        return e.code
     try:
         _quiet_logging()
         return args.fn(args)

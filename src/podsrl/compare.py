@@ -11,80 +11,200 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import re
+import shutil
 import statistics
 from pathlib import Path
 
+from podsrl.checkpoint import read_metrics
 from podsrl.config import load_config
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, first_line
 
 BUILTIN = {"grpo": lambda c: ["mode=grpo", f"n={c.m}"], "pods": lambda c: ["mode=pods"], "grpo-ga": lambda c: ["mode=grpo-ga"]}
+METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+RECORD = "compare.yaml"
+"""What a comparison folder records of the invocations that made it: methods, seeds, budget."""
+KEEP = ("metrics", "model", "checkpoint")
+"""What each finished run keeps besides its config and logs: nothing more, its final model, or its
+last checkpoint (model and optimizer state, which a larger budget resumes from)."""
 
 
 def parse_methods(specs: list[str], base) -> dict[str, list[str]]:
-    """``["grpo,pods", "pods-random:rule=random,n=32"]`` -> {name: config overrides}."""
-    methods = {}
+    """``["grpo,pods", "pods-random:rule=random,n=32"]`` -> {name: config overrides}.
+
+    Comma-separated items are built-in names (grpo, pods, grpo-ga) or ``name:key=value`` (a new
+    method on top of ``mode=pods``); a ``key=value`` item after such a definition belongs to it."""
+    methods, current = {}, None
     for spec in specs:
-        items = [spec] if ":" in spec else [x for x in spec.split(",") if x.strip()]
-        for item in items:
-            name, _, extra = item.strip().partition(":")
-            overrides = BUILTIN[name](base) if name in BUILTIN else ["mode=pods"]
-            methods[name] = overrides + [kv for kv in extra.split(",") if kv]
+        for item in (x.strip() for x in spec.split(",")):
+            if not item:
+                continue
+            if ":" in item:
+                name, _, first = item.partition(":")
+                current = _new_method(methods, name.strip(), ["mode=pods"])
+                methods[current] += [first] if first.strip() else []
+            elif "=" in item:
+                if current is None:
+                    raise PodsError(f"method override {item!r} must follow a definition name:key=value")
+                methods[current].append(item)
+            elif item in BUILTIN:
+                _new_method(methods, item, BUILTIN[item](base))
+                current = None
+            else:
+                raise PodsError(f"unknown method {item!r}; built in: {', '.join(BUILTIN)}; define others as "
+                                "name:key=value,...")
     if "grpo" not in methods:
         raise PodsError("compare needs the grpo method: times are measured to GRPO's peak")
     return methods
 
 
+def _new_method(methods: dict, name: str, overrides: list[str]) -> str:
+    if not METHOD_NAME.fullmatch(name):
+        raise PodsError(f"method name {name!r} must be letters, digits and . _ + - (it names a folder)")
+    if name in methods:
+        raise PodsError(f"method {name!r} is given twice")
+    methods[name] = list(overrides)
+    return name
+
+
+def speedup(grpo_time: float | None, time: float | None) -> float | None:
+    """GRPO's time to its peak over a method's (None where the method never reaches it); a
+    method that starts at GRPO's peak (time 0) is infinitely faster, unless GRPO's peak is its
+    start too (1.0)."""
+    if time is None or grpo_time is None:
+        return None
+    if time == 0:
+        return 1.0 if grpo_time == 0 else math.inf
+    return grpo_time / time
+
+
 def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
-            budget_minutes: float, out: Path, eval_every_s: float) -> dict:
+            budget_minutes: float, out: Path, eval_every_s: float, keep: str = "metrics",
+            allow_config_change: bool = False) -> dict:
     from podsrl.checkpoint import latest_checkpoint, read_state
-    from podsrl.rundir import discard_unfinished
+    from podsrl.rundir import check_same_config, discard_unfinished
     from podsrl.trainer import train
 
+    if out.exists() and not out.is_dir():
+        raise PodsError(f"--out {out} is a file, not a folder")
+    if keep not in KEEP:
+        raise PodsError(f"keep must be one of {', '.join(KEEP)}, got {keep!r}")
     base = load_config(config_path, overrides)
     methods = parse_methods(method_specs, base)
     budget_s = budget_minutes * 60
     plan = [(m, s) for s in range(seeds) for m in methods]  # seed-major: early results cover every method
-    configs = {}
-    for method, seed in plan:  # validate every run's config before training any
+    configs, done = {}, {}
+    for method, seed in plan:  # every run's config validated, and checked against its folder, before any trains
         run_dir = out / method / f"seed-{seed}"
-        configs[method, seed] = load_config(config_path, [
+        c = configs[method, seed] = load_config(config_path, [
             *overrides, *methods[method], f"seed={seed}", f"output_dir={run_dir}", "steps=1000000",
             f"time_budget_s={budget_s}", f"eval_every_s={eval_every_s}", f"save_every={10**9}",
+            f"allow_config_change={allow_config_change}",
         ])
+        ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+        done[method, seed] = read_state(ckpt)["train_seconds"] if ckpt is not None else finished_seconds(run_dir)
+        finished = done[method, seed] is not None and done[method, seed] >= budget_s
+        if ckpt is not None or finished:  # to be resumed or reused as it is
+            check_same_config(run_dir, c, f"podsrl compare would reuse {method} seed {seed} in", shorter=False)
+    _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s)
     for i, (method, seed) in enumerate(plan, 1):
-        c = configs[method, seed]
-        run_dir = Path(c.output_dir)
-        ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
-        done = read_state(ckpt)["train_seconds"] if ckpt is not None else finished_seconds(run_dir)
-        if done is not None and done >= budget_s:
-            print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done:.0f}s of {budget_s:.0f}s)", flush=True)
+        c, run_dir = configs[method, seed], out / method / f"seed-{seed}"
+        if done[method, seed] is not None and done[method, seed] >= budget_s:
+            print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done[method, seed]:.0f}s of {budget_s:.0f}s)", flush=True)
             continue
-        if ckpt is not None:
+        if run_dir.is_dir() and latest_checkpoint(run_dir) is not None:
             c.resume = True
-        elif run_dir.exists():  # a run without a checkpoint (interrupted, or results alone) starts again
+        elif run_dir.exists():  # a run without a checkpoint (interrupted, pruned, or results alone) starts again
             discard_unfinished(run_dir)
         print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {budget_s:.0f}s", flush=True)
         train(c)
-    summary = summarise(out, list(methods), seeds)
+        prune(run_dir, keep)
+    summary = summarise(out, list(_recorded_methods(out) or methods), seeds)
     write_reports(out, summary)
     return summary
+
+
+def prune(run_dir: Path, keep: str) -> None:
+    """What a finished run keeps (:data:`KEEP`): its last checkpoint goes unless ``checkpoint``;
+    with ``model``, its model folder stays as ``final_model/``."""
+    from podsrl.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    if keep == "checkpoint" or ckpt is None:
+        return
+    if keep == "model":
+        shutil.rmtree(run_dir / "final_model", ignore_errors=True)
+        os.replace(ckpt / "model", run_dir / "final_model")
+    shutil.rmtree(run_dir / "checkpoints")
+
+
+def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget_minutes: float,
+            eval_every_s: float) -> None:
+    """Write (or extend) the comparison's record: methods keep their first definition's order."""
+    import yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    recorded = _read_record(out)
+    record = {"config": config_path, "overrides": list(overrides),
+              "methods": {**recorded.get("methods", {}), **methods},
+              "seeds": max(seeds, recorded.get("seeds", 0)), "budget_minutes": budget_minutes, "eval_every_s": eval_every_s}
+    (out / RECORD).write_text(yaml.safe_dump(record, sort_keys=False))
+
+
+def _read_record(out: Path) -> dict:
+    import yaml
+
+    try:
+        loaded = yaml.safe_load((out / RECORD).read_text()) if (out / RECORD).is_file() else {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise PodsError(f"cannot read {out / RECORD}: {first_line(e)}") from None
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _recorded_methods(out: Path) -> list[str]:
+    methods = _read_record(out).get("methods") or {}
+    return list(methods) if isinstance(methods, dict) else []
+
+
+def compared_methods(out: Path) -> tuple[list[str], int]:
+    """The methods a comparison folder holds runs of (grpo first, then in the recorded order, or
+    by name where there is no record) and the number of seeds (highest seed index + 1). A folder
+    without ``seed-N/metrics.jsonl`` inside is not a method."""
+    if not out.is_dir():
+        return [], 0
+    seeds = {p.name: [int(s.name[5:]) for s in p.glob("seed-*") if s.name[5:].isdigit() and (s / "metrics.jsonl").is_file()]
+             for p in out.iterdir() if p.is_dir()}
+    seeds = {m: s for m, s in seeds.items() if s}
+    order = [m for m in _recorded_methods(out) if m in seeds] + sorted(m for m in seeds if m not in _recorded_methods(out))
+    order.sort(key=lambda m: m != "grpo")  # stable: grpo first, the rest as they were
+    return order, max((max(s) + 1 for s in seeds.values()), default=0)
 
 
 def finished_seconds(run_dir: Path) -> float | None:
     """The training clock of a run folder's last evaluation, for a run that kept its metrics but
     not its checkpoints (committed results): a run stops once its clock passes the budget, so one
     whose metrics reach the budget has finished. None without metrics."""
-    try:
-        evals, _ = read_evals(run_dir)
-    except (FileNotFoundError, json.JSONDecodeError):
+    if not (run_dir / "metrics.jsonl").is_file():
         return None
+    evals, _ = read_evals(run_dir)
     return evals[-1]["train_seconds"] if evals else None
 
 
 def read_evals(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    """A run's evaluations and its step records, from its ``metrics.jsonl``."""
+    path = run_dir / "metrics.jsonl"
+    rows = read_metrics(path)
+    for number, r in enumerate(rows, 1):
+        accuracy = r.get("eval_accuracy")
+        if not _number(r.get("train_seconds")) or not (accuracy is None or _number(accuracy)):
+            raise PodsError(f"{path}: record {number} is not a podsrl metrics record (train_seconds, eval_accuracy)")
     return [r for r in rows if r.get("eval_accuracy") is not None], [r for r in rows if "update_s" in r]
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def first_time_reaching(curve: list[tuple[float, float]], target: float) -> float | None:
@@ -110,11 +230,12 @@ def mean_curve(curves: list[list[dict]], key: str = "train_seconds") -> list[tup
     return [(x, statistics.fmean(column)) for x, column in zip(grid, zip(*values))]
 
 
-def mean_peak(curves: list[list[dict]]) -> tuple[float | None, float | None]:
-    """The peak of the seed-mean curve and the first time it is reached; (None, None) without curves."""
+def mean_peak(curves: list[list[dict]], key: str = "train_seconds") -> tuple[float | None, float | None]:
+    """The peak of the seed-mean curve and the first time (or step, ``key="step"``) it is reached;
+    (None, None) without curves."""
     if not curves:
         return None, None
-    curve = mean_curve(curves)
+    curve = mean_curve(curves, key)
     peak = max(a for _, a in curve)
     return peak, first_time_reaching(curve, peak)
 
@@ -123,8 +244,7 @@ def headline_speedup(grpo_curves: list[list[dict]], curves: list[list[dict]]) ->
     """GRPO's time to its seed-mean peak over the method's time to reach it on its seed-mean curve;
     0 where the method's mean curve never reaches it."""
     target, grpo_t = mean_peak(grpo_curves)
-    t = first_time_reaching(mean_curve(curves), target)
-    return grpo_t / t if t else 0.0
+    return speedup(grpo_t, first_time_reaching(mean_curve(curves), target)) or 0.0
 
 
 def bootstrap_speedup(grpo_curves: list[list[dict]], curves: list[list[dict]], resamples: int = 2000,
@@ -153,11 +273,13 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
     computed against that seed's GRPO run (noisier: one held-out set, one peak)."""
     runs = {(m, s): read_evals(out / m / f"seed-{s}") for m in methods for s in range(seeds)
             if (out / m / f"seed-{s}" / "metrics.jsonl").exists()}
+    runs = {k: v for k, v in runs.items() if v[0]}  # a run killed before its first evaluation has no curve
+    missing = [f"{m} seed {s}" for m in methods for s in range(seeds) if (m, s) not in runs]
     grpo_peak = {s: max(e["eval_accuracy"] for e in runs["grpo", s][0]) for s in range(seeds) if ("grpo", s) in runs}
     grpo_time = {s: first_time_reaching(points(runs["grpo", s][0]), grpo_peak[s]) for s in grpo_peak}
     target, grpo_t = mean_peak([runs["grpo", s][0] for s in grpo_peak])
     summary = {"methods": {}, "seeds": seeds, "grpo_peak_accuracy": target, "grpo_time_to_peak_s": grpo_t,
-               "grpo_peak_accuracy_per_seed": grpo_peak}
+               "grpo_peak_accuracy_per_seed": grpo_peak, "missing_runs": missing}
     for m in methods:
         per_seed = []
         for s in range(seeds):
@@ -168,7 +290,9 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
             per_seed.append({
                 "seed": s, "peak_accuracy": max(e["eval_accuracy"] for e in evals), "final_accuracy": evals[-1]["eval_accuracy"],
                 "base_accuracy": evals[0]["eval_accuracy"], "time_to_grpo_peak_s": t,
-                "speedup_vs_grpo": (grpo_time[s] / t) if t else None, "steps": steps[-1]["step"] if steps else 0,
+                "speedup_vs_grpo": speedup(grpo_time[s], t), "steps": steps[-1]["step"] if steps else 0,
+                "steps_to_grpo_peak": first_time_reaching([(e["step"], e["eval_accuracy"]) for e in evals], grpo_peak[s]),
+                "rollouts_per_step": _mean([r.get("rollouts_generated") for r in steps]),
                 "train_seconds": steps[-1]["train_seconds"] if steps else 0.0,
                 "generation_s_per_step": _mean([r["generation_s"] for r in steps]),
                 "scoring_s_per_step": _mean([r.get("scoring_s") for r in steps]),
@@ -180,6 +304,10 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
         target_m, grpo_t_m = mean_peak([runs["grpo", p["seed"]][0] for p in per_seed])
         t_mean = (first_time_reaching(mean_curve([runs[m, p["seed"]][0] for p in per_seed]), target_m)
                   if per_seed else None)
+        # the same on the steps axis: the hardware-free part of a speed-up
+        target_steps, grpo_steps = mean_peak([runs["grpo", p["seed"]][0] for p in per_seed], "step")
+        steps_mean = (first_time_reaching(mean_curve([runs[m, p["seed"]][0] for p in per_seed], "step"), target_steps)
+                      if per_seed else None)
         speedups = [p["speedup_vs_grpo"] for p in per_seed if p["speedup_vs_grpo"] is not None]
         ci = bootstrap_speedup([runs["grpo", p["seed"]][0] for p in per_seed], [runs[m, p["seed"]][0] for p in per_seed])
         summary["methods"][m] = {
@@ -187,8 +315,11 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
             "final_accuracy": _mean([p["final_accuracy"] for p in per_seed]),
             "grpo_peak_accuracy_same_seeds": target_m,
             "time_to_grpo_peak_s": t_mean,
-            "speedup_vs_grpo": (grpo_t_m / t_mean) if t_mean and grpo_t_m else None,
+            "speedup_vs_grpo": speedup(grpo_t_m, t_mean),
             "speedup_vs_grpo_ci95": list(ci) if ci else None,
+            "steps_to_grpo_peak": steps_mean,
+            "step_speedup_vs_grpo": speedup(grpo_steps, steps_mean),
+            "rollouts_per_step": _mean([p["rollouts_per_step"] for p in per_seed]),
             "seeds_reaching_grpo_peak": len(speedups),
             "fraction_of_seeds_reaching_grpo_peak": len(speedups) / len(per_seed) if per_seed else None,
             "generation_s_per_step": _mean([p["generation_s_per_step"] for p in per_seed]),
@@ -218,8 +349,8 @@ def markdown_table(summary: dict) -> str:
     lines = [
         f"GRPO's peak on its seed-mean curve: {fmt(summary.get('grpo_peak_accuracy'), '.3f')}, "
         f"reached at {fmt(summary.get('grpo_time_to_peak_s'), '.0f')} s of training.\n",
-        "| method | peak acc (mean ± std) | final acc | time to GRPO peak (s) | speed-up vs GRPO [95% CI] | per-seed speed-ups | seeds reaching their GRPO peak | step s | gen s/step | score s/step | update s/step | update peak MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | peak acc (mean ± std) | final acc | time to GRPO peak (s) | speed-up vs GRPO [95% CI] | per-seed speed-ups | seeds reaching their GRPO peak | steps to GRPO peak (vs GRPO) | rollouts/step | step s | gen s/step | score s/step | update s/step | update peak MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in summary["methods"].items():
         sp, ci = r["spread"], r.get("speedup_vs_grpo_ci95")
@@ -228,6 +359,7 @@ def markdown_table(summary: dict) -> str:
         lines.append(
             f"| {m} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(sp['peak_accuracy_std'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
             f"{fmt(r['time_to_grpo_peak_s'], '.0f')} | {speed} | {per_seed} | {r['seeds_reaching_grpo_peak']}/{len(r['per_seed'])} | "
+            f"{fmt(r.get('steps_to_grpo_peak'), '.0f')} ({fmt(r.get('step_speedup_vs_grpo'), '.2f')}x) | {fmt(r.get('rollouts_per_step'), '.0f')} | "
             f"{fmt(r.get('step_s'), '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['scoring_s_per_step'], '.2f')} | "
             f"{fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"
         )
@@ -236,6 +368,8 @@ def markdown_table(summary: dict) -> str:
              for m, r in summary["methods"].items() if 0 < len(r["per_seed"]) < grpo_seeds]
     if fewer:
         lines.append(f"\nRun on fewer seeds than GRPO, so timed against GRPO's seed-mean curve over the same seeds: {'; '.join(fewer)}.")
+    if summary.get("missing_runs"):
+        lines.append(f"\nNot in the table (no run, or no evaluation yet): {', '.join(summary['missing_runs'])}.")
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ The defaults are the embedded CPU run: SmolLM2-135M-Instruct learning single-dig
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -13,7 +14,7 @@ from typing import Literal
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, first_line
 
 
 @dataclass
@@ -95,6 +96,25 @@ class Config:
     """Rollouts per prompt in the update (pods), or per micro-batch (grpo-ga); unused by grpo."""
     rule: str = "max_variance"
     """Down-sampling rule (podsrl.downsample.RULES)."""
+    adaptive_n: bool = False
+    """pods: generate each prompt's rollouts in rounds of ``adaptive_round`` and stop a prompt once
+    more rollouts cannot change the rewards it trains on (for 0/1 rewards: it holds m/2 of each);
+    ``n`` is then the most a prompt takes (podsrl.sampling)."""
+    adaptive_round: int | None = None
+    """adaptive_n: rollouts per prompt in each round; default m."""
+    prompt_filter: Literal["none", "history"] = "none"
+    """history: before generating, skip a prompt whose latest groups all had equal rewards, with a
+    probability that grows with each such group and never reaches 1 (GRESO); a skipped prompt is
+    replaced by the next of the stream, so a step still trains prompts_per_step prompts."""
+    prompt_filter_target: float = 0.25
+    """history: the fraction of all-equal groups per step that the skip probability is tuned toward."""
+    dynamic_sampling: bool = False
+    """DAPO's filter (verl's filter_groups): groups whose rewards are all equal are dropped after
+    scoring, and further prompts are drawn and generated until the step has prompts_per_step
+    groups with signal, at most ``dynamic_sampling_rounds`` batches of prompts."""
+    dynamic_sampling_rounds: int = 10
+    """dynamic_sampling: batches of prompts a step may draw; past it the step fills up with
+    dropped groups (in the order drawn)."""
     rewards: list[str] = field(default_factory=lambda: ["accuracy"])
     """Reward names (podsrl.rewards.REWARDS) or ``module:function`` paths."""
     reward_weights: list[float] = field(default_factory=lambda: [1.0])
@@ -104,6 +124,9 @@ class Config:
     reward_timeout_s: float = 1.0
     """Wall-time bound on one completion's scoring by one reward function; past it the
     completion scores 0 and counts in the ``reward_timeouts`` metric."""
+    reward_memory_mb: int = 0
+    """Memory a reward worker may allocate beyond what it holds when it starts (0: no cap); a
+    worker that exceeds it is replaced and the completion scores 0, counted like a timeout."""
     scale_rewards: Literal["group", "none"] = "group"
     """group: divide advantages by the group's std (GRPO); none: only centre (Dr. GRPO)."""
     loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo"
@@ -135,7 +158,12 @@ class Config:
     save_every: int = 0
     """Checkpoint every K steps (0: only at the end)."""
     resume: bool = False
-    """Continue from the latest checkpoint in output_dir."""
+    """Continue from the latest checkpoint in output_dir. Refused where a setting that changes
+    the result (:func:`config_changes`) differs from the run's ``config.yaml``."""
+    allow_config_change: bool = False
+    """Resume (or let ``podsrl compare`` reuse a run) even where result-changing settings differ
+    from the run's; the new values apply from the resumed step on, and the previous config is
+    kept as ``config.before-step-N.yaml``."""
     time_budget_s: float = 0.0
     """Stop once the training clock (evaluation excluded) passes this many seconds (0: none)."""
     report_to: list[str] = field(default_factory=list)
@@ -179,16 +207,13 @@ def _read_yaml(path: str):
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else path
-        raise PodsError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or _first_line(e)})") from None
+        raise PodsError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or first_line(e)})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise PodsError(f"cannot read config file {path}: {e}") from None
     if not isinstance(loaded, DictConfig):
         raise PodsError(f"{path}: the top level must be a mapping of config keys, not a list")
     return loaded
 
-
-def _first_line(e: Exception) -> str:
-    return (str(e).strip() or type(e).__name__).splitlines()[0]
 
 
 def _config_message(e: OmegaConfBaseException) -> str:
@@ -200,31 +225,124 @@ def _config_message(e: OmegaConfBaseException) -> str:
 
 
 def validate(c: Config) -> None:
-    """Cross-field checks, in one place."""
+    """Every value checked, in one place: finite numbers, ranges, names, cross-field rules. What
+    passes here trains; what fails is one clear message naming the key."""
     from podsrl.downsample import RULES
+    from podsrl.rewards import load_reward
 
     def need(ok: bool, message: str) -> None:
         if not ok:
             raise PodsError(message)
 
+    for key, value in _numbers(to_dict(c)):
+        need(math.isfinite(value), f"{key} must be a finite number, got {value}")
     need(c.n >= 1 and c.prompts_per_step >= 1, "n and prompts_per_step must be >= 1")
     need(c.steps >= 1, f"steps must be >= 1, got {c.steps}; podsrl eval evaluates a model without training")
     need(1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
     need(c.rule in RULES, f"unknown rule {c.rule!r}; known: {', '.join(sorted(RULES))}")
+    need(not c.adaptive_n or c.mode == "pods",
+         f"adaptive_n needs mode=pods (it stops a prompt once its m trained rewards are settled); mode={c.mode} trains all n")
+    need(c.adaptive_round is None or 1 <= c.adaptive_round <= c.n,
+         f"adaptive_round must be in 1..n, got {c.adaptive_round}")
+    need(0 < c.prompt_filter_target < 1, f"prompt_filter_target must be in (0, 1), got {c.prompt_filter_target}")
+    need(c.dynamic_sampling_rounds >= 1, f"dynamic_sampling_rounds must be >= 1, got {c.dynamic_sampling_rounds}")
+    need(len(c.rewards) >= 1, "rewards must name at least one reward function")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
+    for name in c.rewards:
+        load_reward(name)  # a registered name, or an importable module:function
     need(c.reward_workers is None or c.reward_workers >= 0, "reward_workers must be >= 0")
     need(c.reward_timeout_s > 0, "reward_timeout_s must be > 0")
-    need(c.lr > 0 and c.rollout.max_new_tokens >= 1, "lr and rollout.max_new_tokens must be positive")
-    need(c.rollout.temperature > 0, "rollout.temperature must be > 0 (RL needs sampled rollouts)")
+    need(c.reward_memory_mb >= 0, f"reward_memory_mb must be >= 0 (0: no cap), got {c.reward_memory_mb}")
+    need(c.lr > 0, f"lr must be > 0, got {c.lr}")
+    need(c.weight_decay >= 0, f"weight_decay must be >= 0, got {c.weight_decay}")
+    need(c.max_grad_norm >= 0, f"max_grad_norm must be >= 0 (0: no clipping), got {c.max_grad_norm}")
+    need(c.beta >= 0, f"beta must be >= 0, got {c.beta}")
+    need(0 <= c.epsilon_low < 1 and c.epsilon_high >= 0,
+         f"epsilon_low must be in [0, 1) and epsilon_high >= 0, got {c.epsilon_low} and {c.epsilon_high}")
     need(c.micro_batch_size is None or c.micro_batch_size >= 1, "micro_batch_size must be >= 1")
-    need(c.log_completions >= 0, "log_completions must be >= 0")
-    need(c.model.lora_r >= 0, "model.lora_r must be >= 0")
-    need(not c.model.load_in_4bit or c.model.lora_r > 0, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
-    need(0 < c.rollout.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization must be in (0, 1]")
-    need(c.rollout.kv_cache_mb is None or c.rollout.kv_cache_mb >= 1, "rollout.kv_cache_mb must be >= 1")
-    need(not (c.model.load_in_4bit and c.rollout.engine == "vllm"),
+    for key in ("eval_every", "eval_every_s", "eval_temperature", "save_every", "time_budget_s", "log_completions"):
+        need(getattr(c, key) >= 0, f"{key} must be >= 0, got {getattr(c, key)}")
+    r = c.rollout
+    need(r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}")
+    need(r.temperature > 0, "rollout.temperature must be > 0 (RL needs sampled rollouts)")
+    need(0 < r.top_p <= 1, f"rollout.top_p must be in (0, 1], got {r.top_p}")
+    need(r.batch_size is None or r.batch_size >= 1, f"rollout.batch_size must be >= 1, got {r.batch_size}")
+    need(0 < r.gpu_memory_utilization <= 1, f"rollout.gpu_memory_utilization must be in (0, 1], got {r.gpu_memory_utilization}")
+    need(r.kv_cache_mb is None or r.kv_cache_mb >= 1, f"rollout.kv_cache_mb must be >= 1, got {r.kv_cache_mb}")
+    mo = c.model
+    need(mo.lora_r >= 0, "model.lora_r must be >= 0")
+    need(mo.lora_alpha > 0, f"model.lora_alpha must be > 0, got {mo.lora_alpha}")
+    need(0 <= mo.lora_dropout < 1, f"model.lora_dropout must be in [0, 1), got {mo.lora_dropout}")
+    need(not mo.load_in_4bit or mo.lora_r > 0, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
+    need(not (mo.load_in_4bit and r.engine == "vllm"),
          "model.load_in_4bit works with rollout.engine=hf; vLLM would need the unquantised weights")
-    need(c.task.name == "arithmetic" or c.task.path is not None, f"task {c.task.name} needs task.path")
+    t = c.task
+    need(t.name == "arithmetic" or t.path is not None, f"task {t.name} needs task.path")
+    need(t.digits >= 1, f"task.digits must be >= 1, got {t.digits}")
+    need(bool(t.operations) and not set(t.operations) - set("+-*"),
+         f"task.operations must be drawn from '+-*', got {t.operations!r}")
+    need(t.test_size >= 0, f"task.test_size must be >= 0 (0: all), got {t.test_size}")
+    _check_trackers(c.report_to)
+
+
+def _numbers(d: dict, prefix: str = ""):
+    """(dotted key, value) of every float in a config dict, list items included."""
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _numbers(v, f"{prefix}{k}.")
+        elif isinstance(v, float):
+            yield f"{prefix}{k}", v
+        elif isinstance(v, list):
+            yield from ((f"{prefix}{k}[{i}]", x) for i, x in enumerate(v) if isinstance(x, float))
+
+
+def _check_trackers(names: list[str]) -> None:
+    """Tracker names accelerate knows, and installed."""
+    from accelerate.tracking import get_available_trackers
+    from accelerate.utils import LoggerType
+
+    known = [t.value for t in LoggerType if t.value != "all"]
+    available = {str(getattr(t, "value", t)) for t in get_available_trackers()}
+    for name in names:
+        if name not in known:
+            raise PodsError(f"unknown tracker {name!r} in report_to; known: {', '.join(known)}")
+        if name not in available:
+            raise PodsError(f"report_to names {name!r}, which is not installed: pip install {name}")
+
+
+NOT_RESULTS = frozenset({"output_dir", "resume", "allow_config_change", "progress", "report_to", "log_completions",
+                         "save_every"})
+"""Settings that change where and how a run reports, not what it trains or measures."""
+EXTENT = frozenset({"steps", "time_budget_s"})
+"""Settings that say where a run ends (0 means unbounded), not what each step does."""
+
+
+def config_changes(recorded: dict, c: Config, shorter: bool = True) -> list[str]:
+    """The result-changing settings in which ``c`` differs from a run's recorded config (a dict of
+    its ``config.yaml``), as ``key: old -> new`` lines. A key the record lacks was added to podsrl
+    since: it counts as its default. ``steps`` and ``time_budget_s`` may grow; they may shrink
+    too unless ``shorter`` is false (a finished run reused as it is would then say more than asked)."""
+    new, old = _flat_keys(to_dict(c)), _flat_keys(to_dict(Config()))
+    old.update(_flat_keys(recorded))
+    changes = []
+    for key, value in new.items():
+        before = old.get(key)
+        if key.split(".")[0] in NOT_RESULTS or before == value:
+            continue
+        if key in EXTENT and (shorter or value == 0 or (before != 0 and before is not None and value > before)):
+            continue
+        changes.append(f"{key}: {before!r} -> {value!r}")
+    return changes
+
+
+def _flat_keys(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat_keys(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def trained_per_prompt(c: Config) -> int:

@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from podsrl import hub
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def _plain_from_gguf(gguf: Path) -> Path:
         plain = AutoModelForCausalLM.from_config(type(quantized.config).from_dict(config), dtype=torch.float32)
         plain.load_state_dict(quantized.state_dict())
     except Exception as e:  # noqa: BLE001 (a truncated or foreign file fails anywhere in the reader)
-        raise PodsError(f"cannot read GGUF file {gguf}: {_first_line(e)}") from None
+        raise PodsError(f"cannot read GGUF file {gguf}: {first_line(e)}") from None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
@@ -111,7 +111,7 @@ def _pretrained(load, name_or_path: str, source: str, what: str, **kwargs):
         if kwargs.get("local_files_only"):
             raise PodsError(f"cannot load model {name_or_path!r}: not in the local cache and the Hugging Face hub "
                             "cannot be reached") from None
-        raise PodsError(f"cannot load {what} {name_or_path!r}: {_first_line(e)}") from None
+        raise PodsError(f"cannot load {what} {name_or_path!r}: {first_line(e)}") from None
 
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
@@ -171,7 +171,3 @@ def enable_checkpointing(model) -> None:
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from podsrl.checkpoint import latest_checkpoint
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,15 @@ TRACKER_FOLDER = "podsrl"
 """accelerate's trackers log under ``<output_dir>/<project name>/``; the trainer names the project this."""
 OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "completions.jsonl",
        ".completions.jsonl.tmp", "eval_completions.jsonl", ".eval_completions.jsonl.tmp", "checkpoints",
-       TRACKER_FOLDER, ".aim"}
+       TRACKER_FOLDER, ".aim", "final_model"}
 """What podsrl writes into a run folder: the files, the checkpoints, the trackers' logs."""
+EARLIER_CONFIG = "config.before-step-{step:06d}.yaml"
+"""The config a run was trained with up to a resume that changed it (``allow_config_change``)."""
+
+
+def is_own(name: str) -> bool:
+    """Whether podsrl writes a file or folder of this name into a run folder."""
+    return name in OWN or (name.startswith("config.before-step-") and name.endswith(".yaml"))
 
 
 class RunFolder:
@@ -153,7 +160,7 @@ def _start(path: Path, resume: bool, marked: bool) -> Path | None:
             raise PodsError(f"output_dir {path} is not empty; pass resume=true to continue it")
         return checkpoint
     entries = [p for p in path.iterdir() if p.name != LOCK]
-    foreign = [p.name for p in entries if p.name not in OWN]
+    foreign = [p.name for p in entries if not is_own(p.name)]
     if (path / "checkpoints").is_dir():  # what a killed checkpoint leaves: temporary folders only
         foreign += [f"checkpoints/{p.name}" for p in (path / "checkpoints").iterdir() if not p.name.startswith(".tmp-")]
     if foreign or (entries and not marked):  # the user's files, or a folder podsrl did not make
@@ -169,10 +176,53 @@ def _start(path: Path, resume: bool, marked: bool) -> Path | None:
     return None
 
 
+def recorded_config(path: Path) -> dict | None:
+    """The ``config.yaml`` a run folder records, as a dict; None where there is none."""
+    from omegaconf import OmegaConf
+
+    file = path / "config.yaml"
+    if not file.is_file():
+        return None
+    try:
+        loaded = OmegaConf.to_container(OmegaConf.load(file))
+    except Exception as e:  # noqa: BLE001 (a torn or foreign file: say which)
+        raise PodsError(f"cannot read {file}: {first_line(e)}") from None
+    if not isinstance(loaded, dict):
+        raise PodsError(f"{file} is not a podsrl config")
+    return loaded
+
+
+def check_same_config(path: Path, c, what: str, shorter: bool = True) -> None:
+    """Refuse to continue the run in ``path`` under a config whose result-changing settings
+    differ from its recorded one, unless ``c.allow_config_change``; ``what`` names the action,
+    ``shorter`` whether the run may end sooner than recorded (:func:`podsrl.config.config_changes`)."""
+    from podsrl.config import config_changes
+
+    recorded = recorded_config(path)
+    if recorded is None or c.allow_config_change:
+        return
+    changes = config_changes(recorded, c, shorter)
+    if changes:
+        shown = "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
+        raise PodsError(f"{what} {path} with settings that differ from its config.yaml ({shown}); use another "
+                        "output folder, or pass allow_config_change=true to continue it under the new settings")
+
+
+def keep_earlier_config(path: Path, c, step: int) -> None:
+    """Before a resumed run records its config: keep the previous one if it differed."""
+    from podsrl.config import config_changes
+
+    recorded = recorded_config(path) if step > 0 else None
+    if recorded is not None and config_changes(recorded, c):
+        log.warning("resuming %s at step %d under changed settings; the earlier config is kept as %s", path, step,
+                    EARLIER_CONFIG.format(step=step))
+        os.replace(path / "config.yaml", path / EARLIER_CONFIG.format(step=step))
+
+
+
 def _clear(path: Path, keep_lock: bool) -> None:
     """Remove podsrl's own files from ``path``."""
-    for name in OWN - ({LOCK} if keep_lock else set()):
-        p = path / name
+    for p in [p for p in path.iterdir() if is_own(p.name) and not (keep_lock and p.name == LOCK)]:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
         else:

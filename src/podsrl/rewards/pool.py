@@ -2,7 +2,9 @@
 
 A task that runs past ``timeout`` seconds has its worker killed (SIGTERM, which the workers do not
 handle, so C-level work such as sympy's big-integer arithmetic stops too) and replaced; a worker
-that crashes (a segfault, ``os._exit``) costs only its task. Both come back as :data:`TIMED_OUT`.
+that crashes (a segfault, ``os._exit``) or runs out of its memory cap (``memory_mb`` of address
+space beyond what it holds at start) costs only its task. These come back as :data:`TIMED_OUT`.
+Whatever else a task raises, ``SystemExit`` included, comes back as a :class:`RewardFailure`.
 Workers are forked from the process that made the pool, after it has imported math-verify, and
 warm it up before taking a task, so no task pays for an import. (Forked, not spawned: a spawned
 worker would re-run the user's script, and a TRL script rarely has a ``__main__`` guard.) The pool
@@ -16,6 +18,8 @@ import concurrent.futures
 import logging
 import multiprocessing
 import os
+import re
+import resource
 import signal
 import threading
 from typing import Any, Callable
@@ -23,6 +27,7 @@ from typing import Any, Callable
 import pebble
 from pebble import ProcessExpired, ProcessPool
 
+from podsrl.errors import first_line
 from podsrl.rewards.answers import verify_answer
 
 log = logging.getLogger(__name__)
@@ -45,27 +50,53 @@ def available_cores() -> int:
     return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
-def _worker_init() -> None:
+def _worker_init(memory_mb: int = 0) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # die at once when killed, even inside C code
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
     verify_answer("1", "1")  # math-verify's first call builds its parsers: not on a task's clock
+    if memory_mb:  # address space beyond what the warmed-up worker holds
+        held = int(re.search(r"VmSize:\s+(\d+)", open("/proc/self/status").read()).group(1)) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (held + memory_mb * 2**20, resource.RLIM_INFINITY))
+
+
+class RewardFailure(Exception):
+    """What a reward raised in a worker, whatever it was (``SystemExit`` included): its type's
+    name and its message, so the training process reports it like any failing reward."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(kind, message)
+        self.kind, self.message = kind, message
+
+
+OUT_OF_MEMORY_EXIT = 86  # a worker that ran out of its memory cap ends itself with this code
+
+
+def _guarded(fn: Callable, *args):
+    """In a worker: ``fn(*args)``. Running out of memory ends the worker (it is replaced, and the
+    task comes back TIMED_OUT); anything else raised comes back as a :class:`RewardFailure`."""
+    try:
+        return fn(*args)
+    except MemoryError:
+        os._exit(OUT_OF_MEMORY_EXIT)
+    except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt of the user's code too)
+        raise RewardFailure(type(e).__name__, first_line(e)) from None
 
 
 class RewardPool:
     """``submit(fn, *args)`` runs ``fn(*args)`` in a worker, bounded by ``timeout`` seconds of
     wall time from the moment a worker takes it; :meth:`outcome` gives its value or TIMED_OUT."""
 
-    def __init__(self, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = 0):
         self.workers = workers or available_cores()
-        self.timeout = timeout
+        self.timeout, self.memory_mb = timeout, memory_mb
         import math_verify  # noqa: F401 (imported once here, inherited by every forked worker)
 
-        self._pool = ProcessPool(max_workers=self.workers, initializer=_worker_init,
+        self._pool = ProcessPool(max_workers=self.workers, initializer=_worker_init, initargs=(memory_mb,),
                                  context=multiprocessing.get_context("fork"))
 
     def submit(self, fn: Callable, *args, timeout: float | None = None) -> concurrent.futures.Future:
         """Run ``fn(*args)`` in a worker, bounded by ``timeout`` (default: the pool's)."""
-        return self._pool.schedule(fn, args=args, timeout=timeout or self.timeout)
+        return self._pool.schedule(_guarded, args=(fn, *args), timeout=timeout or self.timeout)
 
     def outcome(self, future: concurrent.futures.Future, wait_s: float | None = None) -> Any:
         """The task's value, or TIMED_OUT; an exception raised by the task itself propagates.
@@ -84,16 +115,17 @@ class RewardPool:
 
 _lock = threading.Lock()
 _pool: RewardPool | None = None
-_settings: dict = {"workers": None, "timeout": DEFAULT_TIMEOUT_S}
+_settings: dict = {"workers": None, "timeout": DEFAULT_TIMEOUT_S, "memory_mb": 0}
 
 
-def configure(workers: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-    """Settings of the process-wide pool (``workers`` None: every available core); a running
-    pool with other settings is replaced."""
+def configure(workers: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = 0) -> None:
+    """Settings of the process-wide pool (``workers`` None: every available core; ``memory_mb``
+    0: no cap); a running pool with other settings is replaced."""
     global _pool
     with _lock:
-        _settings.update(workers=workers, timeout=timeout)
-        if _pool is not None and (_pool.workers != (workers or available_cores()) or _pool.timeout != timeout):
+        _settings.update(workers=workers, timeout=timeout, memory_mb=memory_mb)
+        if _pool is not None and (_pool.workers != (workers or available_cores()) or _pool.timeout != timeout
+                                  or _pool.memory_mb != memory_mb):
             _pool.close()
             _pool = None
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import torch
 
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, first_line
 from podsrl.rewards import RewardFn
 from podsrl.rewards import pool as reward_pool
 
@@ -31,17 +31,18 @@ from podsrl.rewards import pool as reward_pool
 class StepResult(NamedTuple):
     rewards: torch.Tensor  # [P, n] weighted sum of every reward function
     means: dict[str, float]  # each function's mean over the completions it applies to
+    applicable: dict[str, int]  # how many completions each function applies to (not None)
     timeouts: int  # evaluations that ran past the bound (or whose worker died): scored 0
     seconds: float  # scoring time not hidden behind generation
 
 
 class Scorer:
     def __init__(self, fns: dict[str, RewardFn], weights: list[float], workers: int | None = None,
-                 timeout: float = reward_pool.DEFAULT_TIMEOUT_S):
+                 timeout: float = reward_pool.DEFAULT_TIMEOUT_S, memory_mb: int = 0):
         self.fns, self.weights = fns, weights
         self.in_process = workers == 0
         if not self.in_process:
-            reward_pool.configure(workers, timeout)
+            reward_pool.configure(workers, timeout, memory_mb)
 
     def start(self, columns: dict[str, list], n: int) -> StepScores:
         """``columns``: one value per prompt (``prompts``, ``answer``, ...), repeated n times."""
@@ -114,9 +115,12 @@ class StepScores:
         for name, rows, kind, future in self.pending:
             try:
                 outcome = pool.outcome(future, wait_s=reward_pool.safety_wait(pool, len(self.pending)))
-            except Exception as e:  # noqa: BLE001 (the user's function raised: name it)
+            except reward_pool.RewardFailure as e:  # the user's function raised: name it
                 self._cancel()
-                raise PodsError(f"reward {name!r} raised {type(e).__name__}: {_first_line(e)}") from None
+                raise PodsError(f"reward {name!r} raised {e.kind}: {e.message}") from None
+            except Exception as e:  # noqa: BLE001 (its value could not come back: unpicklable, say)
+                self._cancel()
+                raise PodsError(f"reward {name!r} failed: {type(e).__name__}: {first_line(e)}") from None
             if outcome is reward_pool.TIMED_OUT:
                 outcome = [_TIMED_OUT_MARK] * len(rows)
             elif kind != "group":
@@ -130,14 +134,14 @@ class StepScores:
                 self.values[name][r] = v
         self.pending = []
         total = [0.0] * len(next(iter(self.values.values())))
-        means = {}
+        means, counts = {}, {}
         for (name, values), w in zip(self.values.items(), self.scorer.weights):
             values = _checked(name, values, len(total))
             applicable = [v for v in values if v is not None]
-            means[name] = sum(applicable) / max(len(applicable), 1)
+            means[name], counts[name] = sum(applicable) / max(len(applicable), 1), len(applicable)
             total = [t + w * (v or 0.0) for t, v in zip(total, values)]
         rewards = torch.tensor(total, dtype=torch.float32).view(-1, self.n)
-        return StepResult(rewards, means, self.timeouts, self.inline_s + time.perf_counter() - start)
+        return StepResult(rewards, means, counts, self.timeouts, self.inline_s + time.perf_counter() - start)
 
     def _cancel(self) -> None:
         for *_, future in self.pending:
@@ -152,10 +156,10 @@ def _call(name: str, fn: RewardFn, completions: list[str], columns: dict):
     try:
         values = fn(completions=completions, **columns)
         return asyncio.run(values) if inspect.isawaitable(values) else values
-    except PodsError:
+    except (PodsError, KeyboardInterrupt):
         raise
-    except Exception as e:  # noqa: BLE001
-        raise PodsError(f"reward {name!r} raised {type(e).__name__}: {_first_line(e)}") from None
+    except BaseException as e:  # noqa: BLE001 (SystemExit too: a reward does not end the run)
+        raise PodsError(f"reward {name!r} raised {type(e).__name__}: {first_line(e)}") from None
 
 
 def _call_one(fn: RewardFn, completion: str, columns: dict):
@@ -200,7 +204,3 @@ def _checked(name: str, values, expected: int) -> list[float | None]:
         out.append(v)
     return out
 
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]

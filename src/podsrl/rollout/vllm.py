@@ -29,7 +29,7 @@ from podsrl.errors import PodsError
 from podsrl.rollout import OnChunk, Rollouts
 from podsrl.rollout.hf import eos_token_ids, mask_after_eos
 
-SEED_STRIDE = 1_000_003  # a prompt's n samples take seeds s, s + 1, ..., s + n - 1 (vLLM's rule)
+SEED_STRIDE = 1_000_003  # a request's n samples take seeds s, s + 1, ..., s + n - 1 (vLLM's rule)
 
 
 def check_vllm(config) -> None:
@@ -107,10 +107,11 @@ class VLLMEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
-                 seeds: list[int] | None = None, on_chunk: OnChunk | None = None) -> Rollouts:
+                 seeds: list[int] | None = None, on_chunk: OnChunk | None = None, first_row: int = 0) -> Rollouts:
         """``seeds`` (one per prompt) make a prompt's n rollouts repeatable: its j-th rollout is
-        drawn with vLLM's per-request generator seeded ``seed * 1_000_003 + j``. Without seeds they
-        come from the global RNG, as the HF engine's do."""
+        drawn with vLLM's per-request generator seeded ``seed * 1_000_003 + j``, for ``j`` from
+        ``first_row`` to ``first_row + n - 1``, so rollouts drawn in rounds are those of one call.
+        Without seeds they come from the global RNG, as the HF engine's do."""
         from vllm import SamplingParams
 
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -126,7 +127,7 @@ class VLLMEngine:
         params = [
             SamplingParams(n=n, temperature=max(temperature, 0.0), top_p=1.0 if greedy else self.config.top_p,
                            max_tokens=max_new_tokens, stop_token_ids=self.eos_ids, detokenize=False,
-                           seed=seed * SEED_STRIDE % 2**63)
+                           seed=seed * SEED_STRIDE % 2**63 + first_row)  # vLLM seeds sample j with seed + j
             for seed in seeds
         ]
         if self.asleep:

@@ -130,10 +130,19 @@ def _stream(problems: list[Problem]) -> Callable[[int], Iterator[Problem]]:
 
 
 def _fields(rows: list[dict], question: str, answer: str, source: str) -> list[Problem]:
+    """Problems from rows: the question must be text; the answer text or a number."""
     for number, row in enumerate(rows, 1):
         if question not in row or answer not in row:
             raise PodsError(f"{source}: problem {number} needs the fields {question!r} and {answer!r}, found {sorted(row)}")
+        if not isinstance(row[question], str) or not row[question].strip():
+            raise PodsError(f"{source}: problem {number}: {question!r} must be non-empty text, got {_shown(row[question])}")
+        if isinstance(row[answer], bool) or not isinstance(row[answer], (str, int, float)):
+            raise PodsError(f"{source}: problem {number}: {answer!r} must be text or a number, got {_shown(row[answer])}")
     return [Problem(r[question], str(r[answer])) for r in rows]
+
+
+def _shown(value) -> str:
+    return "null" if value is None else f"{type(value).__name__} {json.dumps(value)[:40]}"
 
 
 def gsm8k(path: str = "openai/gsm8k", test_size: int = 0, **_) -> Task:
