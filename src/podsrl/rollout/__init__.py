@@ -59,6 +59,14 @@ class RolloutEngine(Protocol):
         ...
 
 
+def check_engine(name: str, config) -> None:
+    """Refuse, before any model loads, an engine setting this machine cannot run (``PodsError``)."""
+    if name == "vllm":
+        from podsrl.rollout.vllm import check_vllm
+
+        check_vllm(config)
+
+
 def make_engine(name: str, model, tokenizer, config) -> RolloutEngine:
     if name == "hf":
         from podsrl.rollout.hf import HFEngine

