@@ -13,6 +13,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+import pytest
+
 import podsrl.config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,3 +80,18 @@ def test_readme_is_short_and_its_relative_links_exist():
     assert relative, "the README links into the docs"
     broken = [t for t in relative if t and not (ROOT / t).exists()]
     assert not broken, f"README links to missing files: {broken}"
+
+
+def test_griffe_sees_a_docstring_on_every_config_field():
+    """The same check through griffe, which mkdocstrings renders the reference with (installed
+    with the ``docs`` extra)."""
+    griffe = pytest.importorskip("griffe")
+    module = griffe.load("podsrl.config", search_paths=[str(CONFIG_SOURCE.parent.parent)])
+    missing = []
+    for name in config_classes():
+        cls = module[name]
+        fields = {f.name for f in dataclasses.fields(getattr(podsrl.config, name))}
+        attributes = {a: cls.members[a] for a in fields if a in cls.members}
+        assert set(attributes) == fields, f"griffe misses fields of {name}: {fields - set(attributes)}"
+        missing += [f"{name}.{a}" for a, member in attributes.items() if not (member.docstring and member.docstring.value.strip())]
+    assert not missing, "config fields without a docstring as griffe sees them: " + ", ".join(missing)
