@@ -15,8 +15,11 @@ Two paths score each batch:
 
 Printed per batch: total time, the slowest single completion (each completion scored alone:
 serial path timed one by one; podsrl's fast path timed in-process and its pool path as one task on
-the idle pool, the kill of an overrunning worker included), and how many non-pathological
-completions the two paths scored differently (the target is none).
+the idle pool, the kill of an overrunning worker included), how many non-pathological completions
+the two paths scored differently (``differ``), how many pathological completions podsrl still sent
+to the reward pool (``bad pool``: each costs a worker up to the bound) and on how many
+non-pathological ones its rule against implausible answers fired (``rule ok``). The targets: the
+pathological batch in at most 2 s, and 0 in each of the last three columns.
 
     python benchmarks/scoring.py [--data ../shared/data/gsm8k/test.jsonl] [--timeout 1.0]
 """
@@ -96,21 +99,35 @@ def slowest_podsrl(texts: list[str], golds: list[str]) -> float:
     return worst
 
 
+def rule_fires(text: str, gold: str) -> bool:
+    """Whether podsrl rejects the completion's answer as implausible before math-verify sees it."""
+    from podsrl.rewards.answers import extract_answer, gold_answer, implausible
+
+    answer = extract_answer(text)
+    return answer is not None and implausible(answer, gold_answer(gold)) is not None
+
+
 def run(name: str, texts: list[str], golds: list[str], bad: list[bool]) -> dict:
     from podsrl.rewards import accuracy_reward
+    from podsrl.rewards.answers import fast_match
 
     serial = [timed(serial_math_verify, t, g) for t, g in zip(texts, golds)]
     serial_total = sum(s for s, _ in serial)
     fast_total, ours = timed(accuracy_reward, texts, golds)
     differ = sum(1 for (_, v), o, b in zip(serial, ours, bad) if not b and v != o)
+    bad_in_pool = sum(1 for t, g, b in zip(texts, golds, bad) if b and fast_match(t, g) is None)
+    rule_on_ok = sum(1 for t, g, b in zip(texts, golds, bad) if not b and rule_fires(t, g))
     row = {
         "batch": name, "completions": len(texts), "pathological": sum(bad),
         "serial_s": serial_total, "podsrl_s": fast_total, "speedup": serial_total / fast_total,
         "serial_slowest_s": max(s for s, _ in serial), "podsrl_slowest_s": slowest_podsrl(texts, golds),
-        "differ_non_pathological": differ, "podsrl_correct": sum(ours), "serial_correct": sum(v for _, v in serial),
+        "differ_non_pathological": differ, "pathological_sent_to_pool": bad_in_pool,
+        "rule_fired_on_non_pathological": rule_on_ok,
+        "podsrl_correct": sum(ours), "serial_correct": sum(v for _, v in serial),
     }
     print(f"{name:<22} {len(texts):>5} {sum(bad):>5} {serial_total:>10.3f} {fast_total:>10.3f} {row['speedup']:>8.1f}x "
-          f"{row['serial_slowest_s']:>10.3f} {row['podsrl_slowest_s']:>10.3f} {differ:>7}", flush=True)
+          f"{row['serial_slowest_s']:>10.3f} {row['podsrl_slowest_s']:>10.3f} {differ:>7} {bad_in_pool:>8} "
+          f"{rule_on_ok:>7}", flush=True)
     return row
 
 
@@ -133,7 +150,7 @@ def main() -> None:
     start, _ = timed(accuracy_reward, ["\\boxed{\\frac{\\sqrt{8}}{2}}"], ["\\sqrt{2}"])  # starts the pool: once per run
     print(f"reward pool: {pool.get_pool().workers} workers, bound {args.timeout} s per completion, started in {start:.2f} s")
     print(f"{'batch':<22} {'n':>5} {'bad':>5} {'serial s':>10} {'podsrl s':>10} {'speed-up':>9} "
-          f"{'serial max':>10} {'podsrl max':>10} {'differ':>7}")
+          f"{'serial max':>10} {'podsrl max':>10} {'differ':>7} {'bad pool':>8} {'rule ok':>7}")
     results = []
     batches = [("typical", 0.0, 0, False), (f"{args.pathological:.0%} pathological", args.pathological, 1, False),
                ("text after the answer", 0.0, 2, True)]

@@ -8,8 +8,13 @@ scoring / update), the update's peak memory (the process's peak resident set on 
 allocator's peak on a GPU, from the end of generation to the end of the optimizer step) and its
 rise above the level at the start of the update, and held-out accuracy.
 
+With ``--beta`` > 0 (a KL penalty to the reference model) TRL computes the reference model's
+per-token log-probabilities of the generation batch, without gradients; GRPOTrainer does it for
+all n completions per prompt, PODSTrainer for the m it keeps. The table reports the seconds those
+no-grad forwards take per step and the completions they run on: the saving.
+
     python benchmarks/trl_pods.py [--budget-s 600] [--prompts 4] [--n 32] [--m 8] [--eval-problems 200] \
-        [--out benchmarks/results/trl_pods]
+        [--beta 0.04] [--out benchmarks/results/trl_pods]
 """
 
 from __future__ import annotations
@@ -60,14 +65,15 @@ def run(method: str, a: argparse.Namespace) -> dict:
     figures = {"method": method}
     if a.eval_base:
         model.to(device)
-        figures["base_accuracy"] = evaluate(engine, tokenizer, task.test, task.system_prompt, a.max_new_tokens)
+        figures["base_accuracy"] = evaluate(engine, tokenizer, task.test, task.system_prompt,
+                                            a.max_new_tokens).accuracy
 
     common = dict(
         output_dir=os.path.join(a.workdir, method), report_to="none", bf16=False, use_cpu=device.type == "cpu",
         num_generations=a.n, per_device_train_batch_size=a.prompts * a.n, gradient_accumulation_steps=1,
         max_completion_length=a.max_new_tokens, temperature=a.temperature, learning_rate=a.lr,
         loss_type=a.loss_type, gradient_checkpointing=a.gradient_checkpointing, max_steps=10**6, logging_steps=1,
-        save_strategy="no", seed=a.seed, disable_tqdm=True,
+        save_strategy="no", seed=a.seed, disable_tqdm=True, beta=a.beta,
     )
     if method == "pods":
         args, trainer_class = PODSConfig(**common, pods_m=a.m), PODSTrainer
@@ -84,16 +90,34 @@ def run(method: str, a: argparse.Namespace) -> dict:
             self.start = time.perf_counter()
 
         def on_step_begin(self, *_, **__):
-            self.step_start, self.memory = time.perf_counter(), None
+            self.step_start, self.memory, self.no_grad_s, self.no_grad_rows = time.perf_counter(), None, 0.0, 0
 
         def on_step_end(self, args, state, control, **_):
             now = time.perf_counter()
             self.memory.__exit__(None, None, None)
             steps.append({"generation_s": self.generated - self.step_start, "update_s": now - self.generated,
-                          "peak_mb": self.memory.peak_mb, "rise_mb": self.memory.delta_mb})
+                          "peak_mb": self.memory.peak_mb, "rise_mb": self.memory.delta_mb,
+                          "no_grad_logps_s": self.no_grad_s, "no_grad_logps_rows": self.no_grad_rows})
             control.should_training_stop = now - self.start >= a.budget_s
 
     clock = Clock()
+    logps = trainer._get_per_token_logps_and_entropies
+
+    def timed_logps(model, input_ids, *args, **kwargs):
+        """The old-policy and reference log-probabilities, computed without gradients: timed."""
+        if torch.is_grad_enabled():  # the loss's forward
+            return logps(model, input_ids, *args, **kwargs)
+        synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        synchronize()
+        start = time.perf_counter()
+        out = logps(model, input_ids, *args, **kwargs)
+        synchronize()
+        if out[0] is not None:  # PODSTrainer returns nothing while TRL builds the batch: it runs them later
+            clock.no_grad_s += time.perf_counter() - start
+            clock.no_grad_rows += input_ids.shape[0]
+        return out
+
+    trainer._get_per_token_logps_and_entropies = timed_logps
 
     def timed_generate(inputs):
         out = generate(inputs)
@@ -108,7 +132,7 @@ def run(method: str, a: argparse.Namespace) -> dict:
     figures["steps"] = steps
     trained = trainer.accelerator.unwrap_model(trainer.model)
     figures["accuracy"] = evaluate(HFEngine(trained, tokenizer), tokenizer, task.test, task.system_prompt,
-                                   a.max_new_tokens)
+                                   a.max_new_tokens).accuracy
     figures["rewards"] = [row.get("reward") for row in trainer.state.log_history if "reward" in row]
     figures["selected_rewards"] = [row["pods/selected_reward"] for row in trainer.state.log_history
                                    if "pods/selected_reward" in row]
@@ -127,7 +151,9 @@ def table(results: dict, a: argparse.Namespace) -> str:
             "training seconds": r["train_s"],
             "seconds per step": mean([x["generation_s"] + x["update_s"] for x in s]),
             "  generation + scoring": mean([x["generation_s"] for x in s]),
+            "    no-grad log-probs (old/ref)": mean([x["no_grad_logps_s"] for x in s]),
             "  update": mean([x["update_s"] for x in s]),
+            "completions in no-grad forwards per step": round(mean([x["no_grad_logps_rows"] for x in s])),
             "completions trained per step": a.prompts * (a.m if method == "pods" else a.n),
             "update peak memory MB": max(x["peak_mb"] for x in s),
             "update memory rise MB": max(x["rise_mb"] for x in s),
@@ -139,7 +165,7 @@ def table(results: dict, a: argparse.Namespace) -> str:
     lines = [
         f"TRL GRPOTrainer (n={a.n}, all trained) vs PODSTrainer (n={a.n}, m={a.m}, max-variance); arithmetic "
         f"({a.digits} digit, '{a.operations}'), {a.model}, {a.prompts} prompts/step, loss_type={a.loss_type}, "
-        f"lr={a.lr}, gradient checkpointing {'on' if a.gradient_checkpointing else 'off'}, "
+        f"lr={a.lr}, beta={a.beta}, gradient checkpointing {'on' if a.gradient_checkpointing else 'off'}, "
         f"budget {a.budget_s:.0f} s of training each",
         (f"base model held-out accuracy: {base:.3f}" if base is not None else ""),
         f"{'':<40} {'grpo':>12} {'pods':>12} {'pods/grpo':>10}",
@@ -165,6 +191,8 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.9)
     parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--loss-type", default="grpo", help="TRL loss_type for both (TRL's default is dapo)")
+    parser.add_argument("--beta", type=float, default=0.0,
+                        help="KL coefficient (TRL's default 0.0); > 0 adds the reference model's no-grad forwards")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="TRL's default; off here, as in podsrl's own benchmarks")
     parser.add_argument("--train-problems", type=int, default=5000)

@@ -99,3 +99,9 @@ def hungry(completions, **_):
         block = bytearray(2 * 2**30)
         return [float(len(block) > 0)] * len(completions)
     return [1.0] * len(completions)
+
+
+def constant_on_even(completions, completion_ids, question, **_):
+    """1.0 for every completion of a question whose first operand is even (a group without signal),
+    ``varied`` otherwise."""
+    return [1.0 if int(q.split()[0]) % 2 == 0 else v for q, v in zip(question, varied(completions, completion_ids))]

@@ -16,8 +16,8 @@ from podsrl.errors import PodsError
 def write_run(folder, evals, step_rows=()):
     folder.mkdir(parents=True)
     lines = [{"step": i, "train_seconds": t, "eval_accuracy": a} for i, (t, a) in enumerate(evals)]
-    lines += [{"step": s, "train_seconds": t, "generation_s": g, "scoring_s": g / 10, "update_s": u, "update_peak_memory_mb": mb}
-              for s, t, g, u, mb in step_rows]
+    lines += [{"step": s, "train_seconds": t, "generation_s": g, "scoring_s": g / 10, "update_s": u, "update_peak_memory_mb": mb,
+               "rollouts_generated": 16 * s} for s, t, g, u, mb in step_rows]
     lines.sort(key=lambda r: (r["train_seconds"], "eval_accuracy" not in r))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
 
@@ -61,6 +61,13 @@ def test_summary_hand_computed(tmp_path):
     assert "| pods | 0.575" in table and "| grpo-ga |" in table and "| 4.00, 0.50 |" in table
     assert "pods-part (seeds 1: GRPO's peak 0.400)" in table
     assert "| score s/step |" in table and "| 20.0 | 1.5 | 0.15 | 4.0 | 120 |" in table
+    # on the steps axis (evaluations at steps 0, 1, 2, ...): GRPO seed 0 reaches its peak 0.6 at
+    # step 2, PODS at step 1; seed-mean step curves: GRPO 0.15, 0.45, 0.45 (peak 0.45 at step 1),
+    # PODS 0.15, 0.525 (reaching it at step 1, where on the time axis it never does), GRPO-GA 0.15, 0.45
+    assert [p["steps_to_grpo_peak"] for p in pods["per_seed"]] == [1, 1] and grpo["steps_to_grpo_peak"] == 1
+    assert pods["steps_to_grpo_peak"] == 1 and ga["steps_to_grpo_peak"] == 1 and ga["step_speedup_vs_grpo"] == 1.0
+    assert grpo["per_seed"][0]["rollouts_per_step"] == 24 and pods["per_seed"][0]["rollouts_per_step"] == 16
+    assert "| 1 (1.00x) | 24 |" in table
     assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["grpo-ga"]["speedup_vs_grpo"] == pytest.approx(0.2)
 

@@ -162,3 +162,91 @@ def test_registry_every_rule_resolves_and_custom_rules_plug_in():
 def test_bad_input_raises_value_error(rewards, m, rule, message):
     with pytest.raises(ValueError, match=message):
         select(rewards, m, rule)
+
+
+# --------------------------------------------------------------------------- eligibility
+
+
+def _best_subset_value(values: list[float], size: int, objective) -> float:
+    return max(objective(list(s)) for s in itertools.combinations(values, size))
+
+
+def _percentile_values(values: list[float], size: int) -> list[float]:
+    """The order statistics ``percentile`` keeps: positions j (len - 1) // (size - 1) of the sorted values."""
+    ordered = sorted(values)
+    return sorted(ordered[j * (len(ordered) - 1) // max(size - 1, 1)] for j in range(size))
+
+
+@pytest.mark.parametrize("rule", ["max_variance", "max_reward", "percentile", "random"])
+def test_eligible_rollouts_first_against_brute_force(rule):
+    """Every group of up to 7 rollouts, every m, random eligibility (none, some, all): the rollouts
+    kept are min(e, m) eligible ones, and the part the rule chose (among the eligible when e >= m,
+    among the ineligible for the m - e slots left otherwise) is the rule's own choice over that
+    pool, checked by brute force over its subsets (max-variance, max-reward) or by sorting
+    (percentile)."""
+    rng = np.random.default_rng(7)
+    objective = {"max_variance": lambda v: float(np.var(v)), "max_reward": sum}.get(rule)
+    checked = short = 0
+    for n in range(1, 8):
+        for m in range(1, n + 1):
+            r = torch.from_numpy(rng.choice([0.0, 0.25, 0.5, 1.0, rng.normal()], size=(30, n)))
+            eligible = torch.from_numpy(rng.random((30, n)) < rng.choice([0.3, 0.7], size=(30, 1)))
+            eligible[0], eligible[1] = False, True  # a group with no eligible rollout, one with all
+            idx = select(r, m, rule, torch.Generator().manual_seed(n * 10 + m), eligible=eligible)
+            assert idx.shape == (30, m)
+            for row, chosen, ok in zip(r.tolist(), idx.tolist(), eligible.tolist()):
+                assert len(set(chosen)) == m
+                pool_e = [i for i in range(n) if ok[i]]
+                pool_i = [i for i in range(n) if not ok[i]]
+                picked_e = [i for i in chosen if ok[i]]
+                assert len(picked_e) == min(len(pool_e), m)
+                pool, picked, size = (pool_e, picked_e, m) if len(pool_e) >= m else \
+                    (pool_i, [i for i in chosen if not ok[i]], m - len(pool_e))
+                short += len(pool_e) < m
+                values, got = [row[i] for i in pool], [row[i] for i in picked]
+                if objective is not None:
+                    assert objective(got) == pytest.approx(_best_subset_value(values, size, objective), abs=1e-12)
+                elif rule == "percentile":
+                    assert sorted(got) == _percentile_values(values, size)
+                checked += 1
+    assert checked == 28 * 30 and short > 150
+
+
+@pytest.mark.parametrize("eligible,m,expected_subsets", [
+    ([True, False, True, True, True], 2, [(0, 2), (0, 3), (0, 4), (2, 3), (2, 4), (3, 4)]),  # ineligible 1 never
+    ([False, True, False, False, False], 3, [(0, 1, 2), (0, 1, 3), (0, 1, 4), (1, 2, 3), (1, 2, 4), (1, 3, 4)]),
+])
+def test_random_rule_is_uniform_over_the_eligible(eligible, m, expected_subsets):
+    """``random`` with an eligibility mask: uniform over the m-subsets of the eligible rollouts;
+    short of them, every eligible one plus a uniform choice among the rest."""
+    groups = 6000
+    idx = select(torch.zeros(groups, 5), m, "random", torch.Generator().manual_seed(0),
+                 eligible=torch.tensor([eligible] * groups))
+    counts = {}
+    for row in idx.tolist():
+        key = tuple(sorted(row))
+        counts[key] = counts.get(key, 0) + 1
+    assert sorted(counts) == expected_subsets
+    assert all(abs(c / groups - 1 / len(expected_subsets)) < 0.02 for c in counts.values())
+
+
+def test_an_unscorable_rollout_does_not_take_a_scorable_ones_place():
+    """Rewards [0, 1, None, 0.5], the None keyed at its group's mean: without eligibility the tie
+    with 0.5 goes to the lower index, the unscorable one; with it, the three scorable are kept."""
+    keys = torch.tensor([0.0, 1.0, 0.5, 0.5])
+    assert sorted(select(keys, 3).tolist()) == [0, 1, 2]
+    assert sorted(select(keys, 3, eligible=torch.tensor([True, True, False, True])).tolist()) == [0, 1, 3]
+
+
+def test_every_rollout_eligible_is_select_without_a_mask():
+    r = torch.randint(0, 4, (40, 9)).float()
+    for rule in ("max_variance", "max_reward", "percentile", "random"):
+        a = select(r, 4, rule, torch.Generator().manual_seed(3))
+        b = select(r, 4, rule, torch.Generator().manual_seed(3), eligible=torch.ones(40, 9, dtype=torch.bool))
+        assert torch.equal(a, b), rule
+
+
+@pytest.mark.parametrize("eligible", [torch.ones(2, 3, dtype=torch.bool), torch.ones(2, 4)])
+def test_a_malformed_eligibility_mask_is_refused(eligible):
+    with pytest.raises(ValueError, match="eligible must be a bool tensor shaped like rewards"):
+        select(torch.zeros(2, 4), 2, eligible=eligible)

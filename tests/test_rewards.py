@@ -6,10 +6,10 @@ from fractions import Fraction
 
 import pytest
 
-from conftest import SHARED_DATA
+from conftest import REPO, SHARED_DATA
 from podsrl.errors import PodsError
 from podsrl.rewards import REWARDS, accuracy_reward, answer_matches, extract_answer, load_reward
-from podsrl.rewards.answers import as_number, fast_match, verify_answer
+from podsrl.rewards.answers import as_number, fast_match, gold_answer, implausible, verify_answer
 
 
 @pytest.mark.parametrize(
@@ -268,3 +268,115 @@ def test_evaluate_counts_stated_results_and_keeps_the_first_completions():
         ("409 + 83 =", "The answer is 492.", True), ("7 * 8 =", "The answer is indeed 7 * 8", False),
         ("9 - 4 =", "9 - 4 = 5", True)]
     assert evaluate(Engine(), SimpleNamespace(chat_template=None), problems, None, 16).samples == []
+
+
+# --------------------------------------------------------------------------- implausible answers
+
+_PATHOLOGICAL = [
+    ("Let me think. Answer: 999999999999999999999!", "factorial"),
+    ("\\boxed{(10!)!}", "factorial"),
+    ("The total is \\boxed{10^{10^{10^{10}}}}", "huge power"),
+    ("The answer is 2**3**4", "huge power"),
+    ("\\boxed{(10^{10})^{10^{10}}}", "huge power"),
+    ("\\boxed{10^{12345678}}", "huge power"),
+    ("\\boxed{" + "(" * 40 + "1" + ")" * 40 + "}", "bracket depth"),
+    ("\\boxed{" + "9" * 40 + "}", "digit run"),
+    ("\\boxed{" + "+".join(["x^2"] * 300) + "}", "symbols"),
+]
+
+
+@pytest.mark.parametrize("completion,measure", _PATHOLOGICAL)
+def test_an_implausible_answer_is_wrong_without_math_verify(completion, measure, monkeypatch):
+    """Answers on which math-verify stalls (seconds to forever: a factorial of 10^21, a power
+    tower, 40 nested brackets) are wrong at once, in-process: the fast path decides them and
+    verify_answer does not reach math-verify."""
+    from podsrl.rewards import answers
+
+    assert implausible(extract_answer(completion), "3") == measure
+    assert fast_match(completion, "3") is False
+
+    def no_math_verify(*_):
+        raise AssertionError("math-verify was called")
+
+    monkeypatch.setattr(answers, "_verified", no_math_verify)
+    assert verify_answer(completion, "3") is False
+
+
+@pytest.mark.parametrize("completion,gold,expected", [
+    ("\\boxed{5!}", "120", True),
+    ("The answer is 12345!", "12345", False),
+    ("\\boxed{\\frac{(n+1)!}{2}}", "\\frac{(n+1)!}{2}", True),
+    ("\\boxed{e^{x^2}}", "e^{x^2}", True),
+    ("\\boxed{x^{10^{10}}}", "x^{10000000000}", True),
+    ("\\boxed{10^{100}}", "10^{100}", True),
+    ("\\boxed{2^{10}}", "1024", True),
+    ("\\boxed{10,\\!080}", "10080", True),
+    ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
+    ("Great!! The answer is 42", "42", True),
+    ("\\boxed{" + "9" * 30 + "}", "9" * 30, True),
+    ("\\boxed{" + "(" * 8 + "1" + ")" * 8 + "}", "1", True),
+    ("\\boxed{10^{10^{10}}}", "10^{10^{10}}", True),  # as far as its gold goes: never rejected
+])
+def test_sensible_answers_are_not_rejected(completion, gold, expected):
+    """Near the limits but within them: math-verify decides (unbounded here, as some take a while)."""
+    assert implausible(extract_answer(completion), gold) is None
+    assert verify_answer(completion, gold) is expected
+
+
+def _variants(gold: str) -> list[str]:
+    """Completions stating ``gold`` as models and data sets write it."""
+    forms = [gold, f"\\boxed{{{gold}}}", f"The answer is {gold}.", f"${gold}$", f"The final answer is $\\boxed{{{gold}}}$.",
+             f"<answer>{gold}</answer>", f"#### {gold}"]
+    if gold.lstrip("-").isdigit():
+        forms += [f"The answer is {int(gold):,}.", f"\\boxed{{{int(gold):,}}}"]
+    return forms
+
+
+def _every_gold() -> list[str]:
+    golds = []
+    for name in ("gsm8k/train.jsonl", "gsm8k/test.jsonl"):
+        golds += [gold_answer(json.loads(l)["answer"]) for l in (SHARED_DATA / name).read_text().splitlines()]
+    return golds + [json.loads(l)["answer"] for l in (SHARED_DATA / "math500" / "test.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "gsm8k").exists() or not (SHARED_DATA / "math500").exists(),
+                    reason="needs ../shared/data")
+def test_the_rule_changes_no_grade_on_the_gold_answers(monkeypatch):
+    """Every gold answer of GSM8K (train and test) and MATH-500, stated in each of the forms of
+    ``_variants``, against itself and against another gold: verify_answer with the rule differs
+    from verify_answer without it only where the rule fires, and it fires on none of them. The
+    verdicts with and without the rule are also compared outright on every 16th pair."""
+    from podsrl.rewards import answers
+
+    golds = _every_gold()
+    assert len(golds) == 9292
+    pairs = [(form, gold, other) for gold, other in zip(golds, golds[1:] + golds[:1]) for form in _variants(gold)]
+    assert not [(c, g) for c, g, _ in pairs if (a := extract_answer(c)) is not None and implausible(a, gold_answer(g))]
+    sample = [p for i, p in enumerate(pairs) if i % 16 == 0]
+    with_rule = [(verify_answer(c, g), verify_answer(c, o)) for c, g, o in sample]
+    monkeypatch.setattr(answers, "implausible", lambda answer, gold: None)
+    assert with_rule == [(verify_answer(c, g), verify_answer(c, o)) for c, g, o in sample]
+    assert sum(same for same, _ in with_rule) > 0.95 * len(sample)  # the forms are read as their gold
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "gsm8k").exists(), reason="needs ../shared/data")
+def test_the_scoring_benchmark_pathological_completions_never_reach_the_pool():
+    """benchmarks/scoring.py's batches: the rule fires on no non-pathological completion, and the
+    pathological ones are all decided in-process (the fast path), so none costs a worker its bound."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scoring_benchmark", REPO / "benchmarks" / "scoring.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [json.loads(l) for l in (SHARED_DATA / "gsm8k" / "test.jsonl").read_text().splitlines()[:16]]
+    qa = [(r["question"], r["answer"].rsplit("####", 1)[1].strip().replace(",", "")) for r in rows]
+    bad_seen = 0
+    for seed, fraction, tails in ((0, 0.0, False), (1, 0.05, False), (2, 0.0, True)):
+        texts, golds, bad = bench.completions_for(qa, 64, random.Random(seed), fraction, tails)
+        for text, gold, is_bad in zip(texts, golds, bad):
+            if is_bad:
+                bad_seen += 1
+                assert fast_match(text, gold) is False
+            elif (answer := extract_answer(text)) is not None:
+                assert implausible(answer, gold) is None
+    assert bad_seen > 20

@@ -45,8 +45,8 @@ def test_only_selected_rollouts_reach_the_loss(tiny_config, monkeypatch):
     seen, chosen = [], []
     real_loss, real_down_sample = trainer.policy_loss, trainer.down_sample
 
-    def spy_down_sample(c, rewards, step):
-        result = real_down_sample(c, rewards, step)
+    def spy_down_sample(c, rewards, step, sizes=None):
+        result = real_down_sample(c, rewards, step, sizes)
         chosen.append((rewards, result))
         return result
 

@@ -63,7 +63,7 @@ class Recorder:
 def make_trainer(tiny_model_dir, tmp_path):
     """Factory: a GRPOTrainer or PODSTrainer on a fresh copy of the tiny model."""
 
-    def make(cls, reward=varied, peft_config=None, **overrides):
+    def make(cls, reward=varied, peft_config=None, rollout_func=None, **overrides):
         config = PODSConfig if cls is PODSTrainer else GRPOConfig
         options = dict(output_dir=str(tmp_path / cls.__name__), use_cpu=True, report_to="none", bf16=False,
                        max_completion_length=6, learning_rate=1e-2, max_steps=2, logging_steps=1,
@@ -72,7 +72,7 @@ def make_trainer(tiny_model_dir, tmp_path):
         model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
         tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir, padding_side="left")
         return cls(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
-                   processing_class=tokenizer, peft_config=peft_config)
+                   processing_class=tokenizer, peft_config=peft_config, rollout_func=rollout_func)
 
     return make
 
@@ -196,7 +196,8 @@ def test_per_completion_tensors_stay_with_their_rows(make_trainer, loss_type):
 
 def test_two_processes_select_per_group_with_the_batch_std_over_both(tiny_model_dir, tmp_path):
     """accelerate launch, 2 processes (gloo), each holding one group of n = 4 per step, m = 2,
-    scale_rewards="batch": the std is over the selected rewards of both processes."""
+    scale_rewards="batch": the std is over the selected rewards of both processes. With beta > 0
+    each process computes the reference log-probabilities of its own kept rows."""
     env = {**subprocess_env(), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()), "--config_file",
                           str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"),
@@ -295,3 +296,262 @@ def test_unsupported_trl_is_refused_at_import(monkeypatch):
     monkeypatch.delitem(sys.modules, "podsrl.integrations.trl")
     with pytest.raises(ImportError, match=r"trl>=1\.16,<1\.17.*found trl 1\.15\.0"):
         importlib.import_module("podsrl.integrations.trl")
+
+
+# --------------------------------------------------------------------------- scripted rollouts
+
+
+class ScriptedRollout:
+    """A ``rollout_func`` (TRL 1.16 calls it instead of generating, vLLM or not): completion r of a
+    generation batch gets its own token ids (its first one names it), 3 to 5 of them, ending in EOS
+    unless ``truncated(position)``, where position = r mod n is its place in its group; an
+    ``env_mask`` that hides its second token (all of them when ``hidden(position)``), and
+    ``logprobs`` near the tiny model's own (about -10.8), one of them None (vLLM could not score it)."""
+
+    EOS = 2  # the tiny model's EOS and padding token
+    FIRST_ID = 1000
+
+    def __init__(self, tokenizer, n, truncated=lambda pos: False, hidden=lambda pos: False):
+        self.tokenizer, self.n, self.truncated, self.hidden = tokenizer, n, truncated, hidden
+        self.position, self.env_mask, self.logprobs = {}, {}, {}  # by first token id
+        self.next_id = self.FIRST_ID
+
+    def __call__(self, prompts, trainer):
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": []}
+        for r, prompt in enumerate(prompts):
+            pos, first = r % self.n, self.next_id
+            self.next_id += 10
+            ids = [first + j for j in range(2 + r % 3)] + ([first + 9] if self.truncated(pos) else [self.EOS])
+            g = torch.Generator().manual_seed(first)
+            logprobs = (-10.8 + 1.2 * (torch.rand(len(ids), generator=g) - 0.5)).tolist()
+            if pos == 1:
+                logprobs[0] = None
+            env_mask = [0] * len(ids) if self.hidden(pos) else [1, 0] + [1] * (len(ids) - 2)
+            out["prompt_ids"].append(self.tokenizer(prompt)["input_ids"])
+            for key, value in (("completion_ids", ids), ("logprobs", logprobs), ("env_mask", env_mask)):
+                out[key].append(value)
+            self.position[first], self.env_mask[first], self.logprobs[first] = pos, env_mask, logprobs
+        return out
+
+    def reward_by_position(self, values):
+        """A reward function: ``values[position]`` for each completion (None: not scorable)."""
+
+        def reward(completion_ids, **_):
+            return [values[self.position[ids[0]]] for ids in completion_ids]
+
+        return reward
+
+
+def _rollout(tiny_model_dir, n, **script):
+    return ScriptedRollout(AutoTokenizer.from_pretrained(tiny_model_dir), n, **script)
+
+
+def _loss_rows(rec, rollout):
+    """Per loss call: the trained completions as (first token id, position in its group)."""
+    return [[(int(ids[0]), rollout.position[int(ids[0])]) for ids in inputs["completion_ids"]] for inputs in rec.losses]
+
+
+def _groups(inputs, rows, n=4):
+    """The loss call's completions by group: {group: [(position, advantage, has a token to train on)]}."""
+    mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+    groups = defaultdict(list)
+    for (first, pos), adv, trains in zip(rows, inputs["advantages"].tolist(), mask.any(1).tolist()):
+        groups[(first - ScriptedRollout.FIRST_ID) // 10 // n].append((pos, adv, trains))
+    return groups
+
+
+@pytest.mark.parametrize("m,truncated,kept", [(2, {0}, [0.0, 1.0]), (3, {0, 1}, [0.0, 1.0, 1.0])])
+def test_truncated_completions_are_kept_only_when_a_group_is_short(make_trainer, tiny_model_dir, m, truncated, kept):
+    """``mask_truncated_completions=True``: TRL scores a truncated completion but masks its tokens.
+    Rewards 0, 0, 1, 1 by position and the first one(s) truncated: max-variance's low end would be
+    the truncated 0; selection takes an untruncated 0 when there is one (m = 2), and keeps a
+    truncated one only to fill m (m = 3, two untruncated). Advantages follow TRL's formula over
+    the m selected."""
+    rewards = [0.0, 0.0, 1.0, 1.0]
+    rollout = _rollout(tiny_model_dir, 4, truncated=lambda pos: pos in truncated)
+    rec = Recorder()
+    trainer = make_trainer(PODSTrainer, rollout.reward_by_position(rewards), rollout_func=rollout, num_generations=4,
+                           pods_m=m, per_device_train_batch_size=8, mask_truncated_completions=True)
+    rec.attach(trainer).train()
+    short = max(0, m - (4 - len(truncated)))  # truncated completions that must fill m
+    assert len(rec.losses) == 2
+    for inputs, rows in zip(rec.losses, _loss_rows(rec, rollout)):
+        groups = _groups(inputs, rows)
+        assert len(groups) == 2
+        for chosen in groups.values():
+            assert sorted(rewards[pos] for pos, _, _ in chosen) == kept
+            assert [trains for pos, _, trains in chosen] == [pos not in truncated for pos, _, _ in chosen]
+            assert sum(pos in truncated for pos, _, _ in chosen) == short
+            r = torch.tensor([rewards[pos] for pos, _, _ in chosen])
+            expected = (r - r.mean()) / (r.std() + 1e-4)
+            assert torch.allclose(torch.tensor([adv for _, adv, _ in chosen]), expected, atol=1e-5)
+    logged = [row["pods/selected_frac_ineligible"] for row in trainer.state.log_history if "pods/selected_reward" in row]
+    assert logged == [pytest.approx(short / m)] * 2
+
+
+def test_an_unscorable_completion_does_not_take_a_scorable_ones_place(make_trainer, tiny_model_dir):
+    """Rewards 0, 1, None, 0.5 by position, m = 3: the three scorable completions are trained."""
+    rollout = _rollout(tiny_model_dir, 4)
+    rec = Recorder()
+    trainer = make_trainer(PODSTrainer, rollout.reward_by_position([0.0, 1.0, None, 0.5]), rollout_func=rollout,
+                           num_generations=4, pods_m=3, per_device_train_batch_size=8)
+    rec.attach(trainer).train()
+    assert len(rec.losses) == 2
+    for inputs, rows in zip(rec.losses, _loss_rows(rec, rollout)):
+        groups = _groups(inputs, rows)
+        assert len(groups) == 2 and all(sorted(pos for pos, _, _ in g) == [0, 1, 3] for g in groups.values())
+
+
+def test_an_infinite_reward_is_one_clear_error(make_trainer):
+    def with_inf(completion_ids, **_):
+        return [math.inf if i == 5 else 0.5 for i in range(len(completion_ids))]
+
+    trainer = make_trainer(PODSTrainer, [varied, with_inf], num_generations=4, pods_m=2, per_device_train_batch_size=8)
+    with pytest.raises(ValueError, match="reward function 'with_inf' returned an infinite reward"):
+        trainer.train()
+
+
+def test_rollout_func_fields_are_down_sampled_with_the_selection(make_trainer, tiny_model_dir):
+    """A rollout_func returning ``env_mask`` (TRL's tool_mask) and ``logprobs`` (its
+    sampling_per_token_logps), on the CPU. Rewards 1, 0, 0.25, 0.75 by position, but the first
+    completion's env_mask hides all of it: it cannot train, so max-variance keeps 0 and 0.75
+    (positions 1 and 3). Each kept row's tool mask and sampling log-probabilities are its own,
+    and the token count that normalises the loss is over the kept rows' trained tokens."""
+    rollout = _rollout(tiny_model_dir, 4, hidden=lambda pos: pos == 0)
+    rec = Recorder()
+    trainer = make_trainer(PODSTrainer, rollout.reward_by_position([1.0, 0.0, 0.25, 0.75]), rollout_func=rollout,
+                           num_generations=4, pods_m=2, per_device_train_batch_size=8)
+    rec.attach(trainer).train()
+    assert len(rec.losses) == 2
+    for inputs, rows in zip(rec.losses, _loss_rows(rec, rollout)):
+        assert all(sorted(pos for pos, _, _ in g) == [1, 3] for g in _groups(inputs, rows).values())
+        for i, (first, _) in enumerate(rows):
+            length = int(inputs["completion_mask"][i].sum())
+            assert inputs["tool_mask"][i, :length].tolist() == rollout.env_mask[first]
+            expected = torch.tensor([math.nan if x is None else x for x in rollout.logprobs[first]])
+            assert torch.allclose(inputs["sampling_per_token_logps"][i, :length], expected, equal_nan=True)
+        trained = inputs["completion_mask"] * inputs["tool_mask"]
+        assert int(inputs["num_items_in_batch"]) == int(trained.sum())
+
+
+def _pretend_vllm(trainer):
+    """``use_vllm`` on after construction: with a rollout_func supplying completions and their
+    sampling log-probabilities, TRL then applies vLLM's importance-sampling correction, no vLLM
+    needed (the weight sync it would do at this step is marked done)."""
+    trainer.use_vllm, trainer._last_loaded_step = True, trainer.state.global_step
+
+
+def _move_off_the_reference(model, lora):
+    """Perturb the policy (LoRA: its adapter's B matrices, zero at first) so that it differs from
+    the reference model, the same way in every trainer."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not lora or "lora_B" in name:
+                p.add_(0.05 * torch.randn(p.shape, generator=g))
+
+
+@pytest.mark.parametrize("mode,lora", [("token_truncate", False), ("sequence_mask", True)])  # every branch
+def test_no_grad_forwards_run_for_the_kept_rows_with_trls_values(make_trainer, tiny_model_dir, mode, lora):
+    """beta > 0, steps_per_generation > gradient_accumulation_steps and vLLM's importance sampling:
+    GRPOTrainer computes the old policy's and the reference model's log-probabilities of all n
+    completions before scoring them; PODSTrainer of the m kept only. On the kept rows, its old and
+    reference log-probabilities, importance-sampling ratios and ``sampling/*`` logs are TRL's."""
+    n, m = 4, 2
+    peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM") if lora else None
+    common = dict(num_generations=n, per_device_train_batch_size=4, steps_per_generation=2, beta=0.1,
+                  vllm_importance_sampling_mode=mode, vllm_importance_sampling_clip_min=0.6,
+                  vllm_importance_sampling_clip_max=1.6, peft_config=peft)
+    inputs = [{"prompt": p} for p in PROMPTS[:2] for _ in range(n)]  # one generation batch: 2 groups of n
+    outputs, forwarded, sampling_logs = {}, {}, {}
+    for cls in (GRPOTrainer, PODSTrainer):
+        rollout = _rollout(tiny_model_dir, n)
+        trainer = make_trainer(cls, rollout.reward_by_position([0.0, 1.0, 0.25, 0.75]), rollout_func=rollout,
+                               **common, **({"pods_m": m} if cls is PODSTrainer else {}))
+        _pretend_vllm(trainer)
+        _move_off_the_reference(trainer.model, lora)
+        rows, inner = [], trainer._get_per_token_logps_and_entropies
+
+        def counted(model, input_ids, *args, _rows=rows, _inner=inner, **kwargs):
+            out = _inner(model, input_ids, *args, **kwargs)
+            if out[0] is not None:  # a forward that ran
+                _rows.append(input_ids.shape[0])
+            return out
+
+        trainer._get_per_token_logps_and_entropies = counted
+        trainer.model.train()
+        outputs[cls] = trainer._generate_and_score_completions(inputs)
+        forwarded[cls] = rows
+        sampling_logs[cls] = {k: v[-1] for k, v in trainer._metrics["train"].items() if k.startswith("sampling/")}
+    assert forwarded == {GRPOTrainer: [2 * n, 2 * n], PODSTrainer: [2 * m, 2 * m]}  # old policy, reference
+
+    grpo, pods = outputs[GRPOTrainer], outputs[PODSTrainer]
+    row_of = {int(ids[0]): i for i, ids in enumerate(grpo["completion_ids"])}
+    kept = [row_of[int(ids[0])] for ids in pods["completion_ids"]]
+    assert len(kept) == 2 * m
+    tokens = pods["completion_mask"].bool()  # [2m, C'] (C' <= C: trimmed to the kept rows)
+    width = tokens.shape[1]
+    for key in ("old_per_token_logps", "ref_per_token_logps"):
+        assert torch.allclose(pods[key][tokens], grpo[key][kept, :width][tokens], atol=1e-5), key
+    assert not torch.allclose(pods["old_per_token_logps"][tokens], pods["ref_per_token_logps"][tokens], atol=1e-3)
+    ratio = grpo["importance_sampling_ratio"][kept]
+    if mode.startswith("token"):
+        ratio = ratio[:, :width]
+    assert torch.allclose(pods["importance_sampling_ratio"], ratio, atol=1e-5)
+    assert (ratio != 1).any() and (ratio == (0.0 if mode.endswith("mask") else 1.6)).any()  # corrected, and clipped
+
+    trained = (grpo["completion_mask"] * grpo["tool_mask"])[kept].bool()
+    delta = (grpo["old_per_token_logps"] - grpo["sampling_per_token_logps"])[kept].abs()[trained]
+    delta = delta[~delta.isnan()]
+    ratios = ratio.flatten() if mode.startswith("sequence") else ratio[trained[:, : ratio.shape[1]]]
+    expected = {"sampling/sampling_logp_difference/mean": delta.mean(), "sampling/sampling_logp_difference/max": delta.max(),
+                "sampling/importance_sampling_ratio/min": ratios.min(), "sampling/importance_sampling_ratio/mean": ratios.mean(),
+                "sampling/importance_sampling_ratio/max": ratios.max()}
+    assert sampling_logs[PODSTrainer] == pytest.approx({k: v.item() for k, v in expected.items()}, abs=1e-5)
+
+
+def test_import_without_trl_names_the_install_command():
+    code = ("import sys\nsys.modules['trl'] = None  # as if TRL were not installed\n"
+            "try:\n    import podsrl.integrations.trl\nexcept ImportError as e:\n    print(type(e).__name__, e)\n")
+    run = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert run.stdout.strip() == "ImportError podsrl.integrations.trl needs TRL (trl>=1.16,<1.17): pip install 'podsrl[trl]'"
+
+
+@pytest.fixture
+def tiny_vlm_config():
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
+
+    text = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=1)
+    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                              image_size=28, patch_size=14, projection_dim=16)
+    return LlavaConfig(text_config=text, vision_config=vision)
+
+
+@pytest.mark.parametrize("given", ["path", "model", "processor"])
+def test_vision_language_models_are_refused_before_anything_is_loaded(tmp_path, tiny_model_dir, tiny_vlm_config,
+                                                                     monkeypatch, given):
+    """A vision-language model given by path (a configuration, no weights), as a model, or through
+    a processor as processing class: refused before GRPOTrainer.__init__ (which loads the model,
+    its reference copy and any vLLM engine) runs. A text model's configuration is not refused."""
+    from transformers import CLIPImageProcessorPil, LlavaForConditionalGeneration, LlavaProcessor
+
+    def load(*_, **__):
+        raise AssertionError("GRPOTrainer.__init__ ran: the model (and any vLLM engine) would be loaded")
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", load)
+    args = PODSConfig(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", num_generations=4,
+                      per_device_train_batch_size=4, pods_m=2)
+    processing = None
+    if given == "path":
+        tiny_vlm_config.save_pretrained(tmp_path / "vlm")
+        model = str(tmp_path / "vlm")
+    elif given == "model":
+        model = LlavaForConditionalGeneration(tiny_vlm_config)
+    else:
+        model = tiny_model_dir
+        processing = LlavaProcessor(image_processor=CLIPImageProcessorPil(),
+                                    tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir))
+    with pytest.raises(ValueError, match="does not support vision-language models"):
+        PODSTrainer(model=model, reward_funcs=varied, args=args, processing_class=processing)
+    assert not pods_trl.is_vision_language(tiny_model_dir, None, args)

@@ -28,7 +28,8 @@ def main() -> None:
 
     args = PODSConfig(output_dir=out, use_cpu=True, report_to="none", bf16=False, max_completion_length=6,
                       learning_rate=1e-2, max_steps=2, logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True,
-                      num_generations=4, pods_m=2, per_device_train_batch_size=4, scale_rewards="batch")
+                      num_generations=4, pods_m=2, per_device_train_batch_size=4, scale_rewards="batch",
+                      beta=0.1)  # each process computes the reference log-probabilities of its kept rows
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     prompts = [f"{a} + {b} =" for a in range(4) for b in range(4)]
     trainer = PODSTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=reward, args=args,

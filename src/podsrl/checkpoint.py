@@ -23,7 +23,8 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 
 def read_state(checkpoint: Path) -> dict:
-    """``{"step": ..., "train_seconds": ...}`` of a checkpoint."""
+    """``{"step": ..., "train_seconds": ..., "sampling": ...}`` of a checkpoint (the sampler's
+    state: prompts taken from the stream, per-prompt history; absent in older checkpoints)."""
     return json.loads((checkpoint / "trainer_state.json").read_text())
 
 
@@ -74,7 +75,8 @@ def save_checkpoint(s, step: int, keep: int = 1) -> None:
             acc.unwrap_model(s.model).save_pretrained(tmp / "model", state_dict=state_dict)
             s.tokenizer.save_pretrained(tmp / "model")
             torch.save(s.optimizer.state_dict(), tmp / "optimizer.pt")
-            (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "train_seconds": s.train_seconds}))
+            state = {"step": step, "train_seconds": s.train_seconds, "sampling": s.sampler.state_dict()}
+            (tmp / "trainer_state.json").write_text(json.dumps(state))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
         except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError

@@ -230,11 +230,12 @@ def mean_curve(curves: list[list[dict]], key: str = "train_seconds") -> list[tup
     return [(x, statistics.fmean(column)) for x, column in zip(grid, zip(*values))]
 
 
-def mean_peak(curves: list[list[dict]]) -> tuple[float | None, float | None]:
-    """The peak of the seed-mean curve and the first time it is reached; (None, None) without curves."""
+def mean_peak(curves: list[list[dict]], key: str = "train_seconds") -> tuple[float | None, float | None]:
+    """The peak of the seed-mean curve and the first time (or step, ``key="step"``) it is reached;
+    (None, None) without curves."""
     if not curves:
         return None, None
-    curve = mean_curve(curves)
+    curve = mean_curve(curves, key)
     peak = max(a for _, a in curve)
     return peak, first_time_reaching(curve, peak)
 
@@ -290,6 +291,8 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
                 "seed": s, "peak_accuracy": max(e["eval_accuracy"] for e in evals), "final_accuracy": evals[-1]["eval_accuracy"],
                 "base_accuracy": evals[0]["eval_accuracy"], "time_to_grpo_peak_s": t,
                 "speedup_vs_grpo": speedup(grpo_time[s], t), "steps": steps[-1]["step"] if steps else 0,
+                "steps_to_grpo_peak": first_time_reaching([(e["step"], e["eval_accuracy"]) for e in evals], grpo_peak[s]),
+                "rollouts_per_step": _mean([r.get("rollouts_generated") for r in steps]),
                 "train_seconds": steps[-1]["train_seconds"] if steps else 0.0,
                 "generation_s_per_step": _mean([r["generation_s"] for r in steps]),
                 "scoring_s_per_step": _mean([r.get("scoring_s") for r in steps]),
@@ -301,6 +304,10 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
         target_m, grpo_t_m = mean_peak([runs["grpo", p["seed"]][0] for p in per_seed])
         t_mean = (first_time_reaching(mean_curve([runs[m, p["seed"]][0] for p in per_seed]), target_m)
                   if per_seed else None)
+        # the same on the steps axis: the hardware-free part of a speed-up
+        target_steps, grpo_steps = mean_peak([runs["grpo", p["seed"]][0] for p in per_seed], "step")
+        steps_mean = (first_time_reaching(mean_curve([runs[m, p["seed"]][0] for p in per_seed], "step"), target_steps)
+                      if per_seed else None)
         speedups = [p["speedup_vs_grpo"] for p in per_seed if p["speedup_vs_grpo"] is not None]
         ci = bootstrap_speedup([runs["grpo", p["seed"]][0] for p in per_seed], [runs[m, p["seed"]][0] for p in per_seed])
         summary["methods"][m] = {
@@ -310,6 +317,9 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
             "time_to_grpo_peak_s": t_mean,
             "speedup_vs_grpo": speedup(grpo_t_m, t_mean),
             "speedup_vs_grpo_ci95": list(ci) if ci else None,
+            "steps_to_grpo_peak": steps_mean,
+            "step_speedup_vs_grpo": speedup(grpo_steps, steps_mean),
+            "rollouts_per_step": _mean([p["rollouts_per_step"] for p in per_seed]),
             "seeds_reaching_grpo_peak": len(speedups),
             "fraction_of_seeds_reaching_grpo_peak": len(speedups) / len(per_seed) if per_seed else None,
             "generation_s_per_step": _mean([p["generation_s_per_step"] for p in per_seed]),
@@ -339,8 +349,8 @@ def markdown_table(summary: dict) -> str:
     lines = [
         f"GRPO's peak on its seed-mean curve: {fmt(summary.get('grpo_peak_accuracy'), '.3f')}, "
         f"reached at {fmt(summary.get('grpo_time_to_peak_s'), '.0f')} s of training.\n",
-        "| method | peak acc (mean ± std) | final acc | time to GRPO peak (s) | speed-up vs GRPO [95% CI] | per-seed speed-ups | seeds reaching their GRPO peak | step s | gen s/step | score s/step | update s/step | update peak MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | peak acc (mean ± std) | final acc | time to GRPO peak (s) | speed-up vs GRPO [95% CI] | per-seed speed-ups | seeds reaching their GRPO peak | steps to GRPO peak (vs GRPO) | rollouts/step | step s | gen s/step | score s/step | update s/step | update peak MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in summary["methods"].items():
         sp, ci = r["spread"], r.get("speedup_vs_grpo_ci95")
@@ -349,6 +359,7 @@ def markdown_table(summary: dict) -> str:
         lines.append(
             f"| {m} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(sp['peak_accuracy_std'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
             f"{fmt(r['time_to_grpo_peak_s'], '.0f')} | {speed} | {per_seed} | {r['seeds_reaching_grpo_peak']}/{len(r['per_seed'])} | "
+            f"{fmt(r.get('steps_to_grpo_peak'), '.0f')} ({fmt(r.get('step_speedup_vs_grpo'), '.2f')}x) | {fmt(r.get('rollouts_per_step'), '.0f')} | "
             f"{fmt(r.get('step_s'), '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['scoring_s_per_step'], '.2f')} | "
             f"{fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"
         )

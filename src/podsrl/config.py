@@ -114,6 +114,25 @@ class Config:
     """Rollouts per prompt in the update (pods), or per micro-batch (grpo-ga); unused by grpo."""
     rule: str = "max_variance"
     """Down-sampling rule (podsrl.downsample.RULES)."""
+    adaptive_n: bool = False
+    """pods: generate each prompt's rollouts in rounds of ``adaptive_round`` and stop a prompt once
+    more rollouts cannot change the rewards it trains on (for 0/1 rewards: it holds m/2 of each);
+    ``n`` is then the most a prompt takes (podsrl.sampling)."""
+    adaptive_round: int | None = None
+    """adaptive_n: rollouts per prompt in each round; default m."""
+    prompt_filter: Literal["none", "history"] = "none"
+    """history: before generating, skip a prompt whose latest groups all had equal rewards, with a
+    probability that grows with each such group and never reaches 1 (GRESO); a skipped prompt is
+    replaced by the next of the stream, so a step still trains prompts_per_step prompts."""
+    prompt_filter_target: float = 0.25
+    """history: the fraction of all-equal groups per step that the skip probability is tuned toward."""
+    dynamic_sampling: bool = False
+    """DAPO's filter (verl's filter_groups): groups whose rewards are all equal are dropped after
+    scoring, and further prompts are drawn and generated until the step has prompts_per_step
+    groups with signal, at most ``dynamic_sampling_rounds`` batches of prompts."""
+    dynamic_sampling_rounds: int = 10
+    """dynamic_sampling: batches of prompts a step may draw; past it the step fills up with
+    dropped groups (in the order drawn)."""
     rewards: list[str] = field(default_factory=lambda: ["accuracy"])
     """Reward names (podsrl.rewards.REWARDS) or ``module:function`` paths."""
     reward_weights: list[float] = field(default_factory=lambda: [1.0])
@@ -252,6 +271,12 @@ def validate(c: Config) -> None:
     need(c.steps >= 1, f"steps must be >= 1, got {c.steps}; podsrl eval evaluates a model without training")
     need(1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
     need(c.rule in RULES, f"unknown rule {c.rule!r}; known: {', '.join(sorted(RULES))}")
+    need(not c.adaptive_n or c.mode == "pods",
+         f"adaptive_n needs mode=pods (it stops a prompt once its m trained rewards are settled); mode={c.mode} trains all n")
+    need(c.adaptive_round is None or 1 <= c.adaptive_round <= c.n,
+         f"adaptive_round must be in 1..n, got {c.adaptive_round}")
+    need(0 < c.prompt_filter_target < 1, f"prompt_filter_target must be in (0, 1), got {c.prompt_filter_target}")
+    need(c.dynamic_sampling_rounds >= 1, f"dynamic_sampling_rounds must be >= 1, got {c.dynamic_sampling_rounds}")
     need(len(c.rewards) >= 1, "rewards must name at least one reward function")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
     for name in c.rewards:

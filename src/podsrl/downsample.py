@@ -10,7 +10,9 @@ k in 0..m. With the group sorted, the m + 1 candidates are scored at once from p
 and r², so the rule costs one sort per group and O(m) arithmetic, vectorised over groups and k.
 
 All rules map a reward matrix ``[B, n]`` to indices ``[B, m]`` into its last dimension and are
-registered by name in :data:`RULES`; :func:`register_rule` adds one.
+registered by name in :data:`RULES`; :func:`register_rule` adds one. :func:`select` also takes an
+eligibility mask (rollouts that cannot train are kept only when a group is short of others) and
+applies any registered rule to the eligible rollouts.
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ def register_rule(name: str) -> Callable[[Rule], Rule]:
 
 
 def select(
-    rewards: Tensor, m: int, rule: str = "max_variance", generator: torch.Generator | None = None
+    rewards: Tensor,
+    m: int,
+    rule: str = "max_variance",
+    generator: torch.Generator | None = None,
+    eligible: Tensor | None = None,
 ) -> Tensor:
     """Indices of the ``m`` rollouts of each group that the update trains on.
 
@@ -46,6 +52,10 @@ def select(
         m: rollouts kept per group, ``1 <= m <= n``. ``m == n`` returns every index in order.
         rule: a name in :data:`RULES` (``max_variance``, ``max_reward``, ``random``, ``percentile``).
         generator: random source for stochastic rules.
+        eligible: optional bool tensor shaped like ``rewards``, False for rollouts that cannot
+            train (say, a truncated completion whose tokens are masked out). The rule runs on each
+            group's eligible rollouts; an ineligible one is chosen only when its group has fewer
+            than ``m`` eligible, and then the rule picks the remaining slots among the ineligible.
 
     Returns:
         long tensor ``[B, m]`` (or ``[m]``) of indices into the last dimension of ``rewards``.
@@ -65,13 +75,46 @@ def select(
         raise ValueError(f"unknown down-sampling rule {rule!r}; known: {', '.join(sorted(RULES))}")
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN or inf")
+    if eligible is not None:
+        eligible = torch.as_tensor(eligible, device=rewards.device)
+        if eligible.dtype != torch.bool or eligible.shape != rewards.shape:
+            raise ValueError(f"eligible must be a bool tensor shaped like rewards {tuple(rewards.shape)}, "
+                             f"got {eligible.dtype} {tuple(eligible.shape)}")
 
     batched = rewards.unsqueeze(0) if rewards.dim() == 1 else rewards  # [B, n]
-    if m == n:
-        idx = torch.arange(n, device=rewards.device).expand(batched.shape[0], n).clone()
+    if eligible is None or bool(eligible.all()):
+        idx = _apply(batched, m, rule, generator)
     else:
-        idx = RULES[rule](batched, m, generator)  # [B, m]
+        idx = _eligible_first(batched, m, rule, generator, eligible.view(batched.shape))
     return idx.squeeze(0) if rewards.dim() == 1 else idx
+
+
+def _apply(rewards: Tensor, m: int, rule: str, generator: torch.Generator | None) -> Tensor:
+    """The rule on every group ``[B, n] -> [B, m]``; ``m == n`` keeps every index in order."""
+    B, n = rewards.shape
+    if m == n:
+        return torch.arange(n, device=rewards.device).expand(B, n).clone()
+    return RULES[rule](rewards, m, generator)
+
+
+def _eligible_first(rewards: Tensor, m: int, rule: str, generator: torch.Generator | None, eligible: Tensor) -> Tensor:
+    """:func:`select` with an eligibility mask: groups with the same number e of eligible rollouts
+    are handled together. The rule runs on the eligible rewards (kept in index order, so the
+    rules' tie-breaks still follow the original indices) when e >= m; when e < m every eligible
+    one is kept and the rule fills the m - e other slots from the ineligible ones."""
+    B, n = rewards.shape
+    counts = eligible.sum(-1)  # [B]
+    idx = torch.empty(B, m, dtype=torch.long, device=rewards.device)
+    for e in counts.unique().tolist():
+        rows = (counts == e).nonzero().squeeze(1)  # groups with e eligible rollouts
+        order = torch.sort((~eligible[rows]).to(torch.uint8), dim=-1, stable=True).indices  # [b, n] eligible first
+        first, rest = order[:, :e], order[:, e:]  # [b, e], [b, n - e]
+        if e >= m:
+            idx[rows] = first.gather(1, _apply(rewards[rows].gather(1, first), m, rule, generator))
+        else:
+            fill = rest.gather(1, _apply(rewards[rows].gather(1, rest), m - e, rule, generator))  # [b, m - e]
+            idx[rows] = torch.cat([first, fill], 1)
+    return idx
 
 
 @register_rule("max_variance")

@@ -3,7 +3,9 @@
 Each step (:func:`train`):
   1. take this rank's share of ``prompts_per_step`` prompts from the seeded training stream;
   2. generate ``n`` rollouts per prompt;
-  3. score them with the verifiable rewards: a reward matrix ``[P, n]``;
+  3. score them with the verifiable rewards: a reward matrix ``[P, n]``
+     (steps 1-3 are :class:`podsrl.sampling.Sampler`'s, which can also skip prompts by their
+     history, generate in rounds until a group is settled, or drop all-equal groups and draw more);
   4. down-sample: ``select`` the ``m`` rollouts per prompt the update trains on (all n for
      ``grpo`` and ``grpo-ga``);
   5. advantages, normalised over each prompt's selected rollouts;
@@ -47,6 +49,7 @@ from podsrl.memory import PeakMemory
 from podsrl.rewards import load_reward
 from podsrl.rewards.scorer import Scorer
 from podsrl.rollout import Rollouts, make_engine
+from podsrl.sampling import Groups, Sampler, step_seed
 from podsrl.tasks import Task, task_from_config
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,7 @@ class Setup:
     system_prompt: str | None
     scorer: Scorer
     run: rundir.RunFolder
+    sampler: Sampler | None = None
     ref_model: torch.nn.Module | None = None
     head: torch.nn.Linear | None = None  # the output layer, where log-probs take the lean path
     start_step: int = 0
@@ -86,11 +90,6 @@ class Setup:
 
 
 # --------------------------------------------------------------------------- set-up
-
-
-def step_seed(seed: int, step: int, index: int = -1) -> int:
-    """A seed for one step (and one prompt of it), stable across runs and processes."""
-    return (seed * 1_000_003 + step) * 1_000_033 + index + 1
 
 
 def default_output_dir(c: Config) -> Path:
@@ -153,28 +152,38 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
     sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
     head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharded else None
     s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
-              scorer, run, ref_model, head)
+              scorer, run, ref_model=ref_model, head=head)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
+    state = {}
     if resume_from is not None:
         state = read_state(resume_from)
         load_optimizer(optimizer, resume_from, lr=c.lr, weight_decay=c.weight_decay)
         s.start_step, s.train_seconds = state["step"], state["train_seconds"]
+    s.sampler = Sampler(c, task, s.engine, scorer, tokenizer, s.system_prompt, accelerator, state.get("sampling"),
+                        s.start_step)
     return s
 
 
 # --------------------------------------------------------------------------- one step
 
 
-def down_sample(c: Config, rewards: torch.Tensor, step: int) -> Selected:
-    """Step 4 and 5: which rollouts train, and their advantages over the selected subset."""
+def down_sample(c: Config, rewards: torch.Tensor, step: int, sizes: list[int] | None = None) -> Selected:
+    """Step 4 and 5: which rollouts train, and their advantages over the selected subset.
+    ``rewards`` ``[P, n]`` holds group p's rewards in its first ``sizes[p]`` columns (default: all
+    n); its rollouts are rows ``sum(sizes[:p])`` on."""
     P, n = rewards.shape
+    sizes = sizes or [n] * P
+    starts = torch.tensor([0, *itertools.accumulate(sizes)][:-1]).unsqueeze(1)  # [P, 1]
     if c.mode == "pods":
         generator = torch.Generator().manual_seed(step_seed(c.seed, step))
-        idx = select(rewards, c.m, c.rule, generator)  # [P, m]
+        idx = torch.empty(P, c.m, dtype=torch.long)  # [P, m]
+        for size in sorted(set(sizes)):  # groups of one size at a time (all at once without adaptive_n)
+            same = torch.tensor([p for p in range(P) if sizes[p] == size])
+            idx[same] = select(rewards[same, :size], c.m, c.rule, generator)
     else:  # grpo and grpo-ga train on every rollout
         idx = torch.arange(n).expand(P, n)
     chosen = rewards.gather(1, idx)  # [P, m]
-    rows = (idx + torch.arange(P).unsqueeze(1) * n).flatten()  # [P * m]
+    rows = (idx + starts).flatten()  # [P * m]
     return Selected(rows, chosen, group_advantages(chosen, c.scale_rewards))
 
 
@@ -201,7 +210,7 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
         if len(trained) == 0:  # keep one (its loss is 0): every rank then joins the gradient sync
             trained = torch.arange(1)
     C = int(mask.sum(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-padding columns
-    micro = micro_batch_size(c, prompts=len(rollouts.texts) // c.n)
+    micro = micro_batch_size(c, prompts=len(chosen.rewards))
     # normalisers of the whole optimizer batch, so micro-batch losses add up to its loss;
     # bnpo's token count is averaged over ranks, as the gradients are
     num_tokens = acc.reduce(mask.sum().float().to(acc.device), reduction="mean") if acc.num_processes > 1 else mask.sum()
@@ -291,14 +300,13 @@ def _train(s: Setup, c: Config) -> Path:
     if acc.is_main_process:
         log.info("training %s (%s) on %d process(es), %s; output in %s", c.model.name_or_path, c.mode,
                  acc.num_processes, acc.device, out)
-    stream = itertools.islice(s.task.train(c.seed), s.start_step * c.prompts_per_step, None)
     last_eval = None
     if s.start_step == 0:
         last_eval = _evaluate(s, c, step=0, metrics_file=metrics_file)
 
     bar = tqdm(total=c.steps, initial=s.start_step, disable=not (c.progress and acc.is_main_process), desc="train")
     try:
-        _loop(s, c, stream, metrics_file, bar, last_eval)
+        _loop(s, c, metrics_file, bar, last_eval)
     finally:  # a clean line for whatever is printed next, an error included
         bar.close()
         if metrics_file:
@@ -311,44 +319,33 @@ def _train(s: Setup, c: Config) -> Path:
     return out
 
 
-def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None) -> None:
+def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> None:
     acc = s.accelerator
-    P_local = c.prompts_per_step // acc.num_processes
-    rank = acc.process_index
     step = s.start_step
     while step < c.steps and not (c.time_budget_s and s.train_seconds >= c.time_budget_s):
         step += 1
         t0 = time.perf_counter()
-        # 1. this rank's prompts
-        batch = list(itertools.islice(stream, c.prompts_per_step))
-        mine = batch[rank * P_local : (rank + 1) * P_local]
-        prompts = [chat_prompt(s.tokenizer, s.system_prompt, p.question) for p in mine]
-        seeds = [step_seed(c.seed, step, rank * P_local + i) for i in range(P_local)]
-        # 2-3. n rollouts per prompt, scored group by group while later groups are generated
-        scores = s.scorer.start({"prompts": prompts, "answer": [p.answer for p in mine],
-                                 "question": [p.question for p in mine]}, c.n)
-        rollouts = s.engine.generate(prompts, c.n, c.rollout.temperature, c.rollout.max_new_tokens,
-                                     seeds=seeds, on_chunk=scores.add)
-        t1 = time.perf_counter()
-        rewards, reward_means, timeouts, scoring_s = scores.result()  # [P, n]
+        # 1-3. this rank's prompts and their rollouts, scored while later ones are generated
+        groups = s.sampler.step_groups(step)
         t2 = time.perf_counter()
         # 4-5. select m per prompt; advantages over the selected subset
-        chosen = down_sample(c, rewards, step)
+        chosen = down_sample(c, groups.rewards, step, groups.sizes)
         t3 = time.perf_counter()
         # 6. one optimizer step over the selected rollouts
         with PeakMemory(acc.device) as mem:
-            stats = update(s, c, rollouts, chosen, step)
+            stats = update(s, c, groups.rollouts, chosen, step)
         t4 = time.perf_counter()
         s.train_seconds += t4 - t0
 
         # 7. log, evaluate, checkpoint
         record = {
             "step": step, "train_seconds": s.train_seconds,
-            "generation_s": t1 - t0 - scores.inline_s, "scoring_s": scoring_s, "selection_s": t3 - t2, "update_s": t4 - t3,
-            "reward_timeouts": int(_sum_over_ranks(acc, [float(timeouts)])[0]),
-            **_reward_stats(acc, rewards, chosen.rewards),
-            **{f"reward/{k}": v for k, v in _mean_over_ranks(acc, reward_means).items()},
-            "completion_length": float(rollouts.completion_mask.sum(1).float().mean()),
+            "generation_s": groups.generation_s, "scoring_s": groups.scoring_s, "selection_s": t3 - t2, "update_s": t4 - t3,
+            "reward_timeouts": int(_sum_over_ranks(acc, [float(groups.timeouts)])[0]),
+            **_reward_stats(acc, groups.rewards, chosen.rewards),
+            **{f"reward/{k}": v for k, v in _mean_over_ranks(acc, groups.reward_means).items()},
+            "completion_length": float(groups.rollouts.completion_mask.sum(1).float().mean()),
+            **_sampling_counts(acc, c, groups.counts),
             **stats,
             "update_peak_memory_mb": mem.peak_mb, "update_memory_delta_mb": mem.delta_mb,
         }
@@ -360,7 +357,7 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
             metrics_file.write(json.dumps(_jsonable(record)) + "\n")
             metrics_file.flush()
         if s.completions_log:  # this process's prompts: the main process's, the first of the step
-            _log_completions(s.completions_log, c, step, mine, rollouts.texts, rewards, chosen)
+            _log_completions(s.completions_log, c, step, groups, chosen)
         if c.report_to:
             acc.log({k: v for k, v in record.items() if isinstance(v, (int, float)) and v is not None}, step=step)
         bar.update(1)
@@ -377,16 +374,16 @@ def _loop(s: Setup, c: Config, stream, metrics_file, bar, last_eval: dict | None
         save_checkpoint(s, step)
 
 
-def _log_completions(file, c: Config, step: int, problems: list, texts: list[str], rewards: torch.Tensor,
-                     chosen: Selected) -> None:
+def _log_completions(file, c: Config, step: int, groups: Groups, chosen: Selected) -> None:
     """The first ``c.log_completions`` rollouts of this step, one JSON line each."""
     advantage = dict(zip(chosen.rows.tolist(), chosen.advantages.flatten().tolist()))
-    flat = rewards.flatten().tolist()
-    for row in range(min(c.log_completions, len(texts))):
-        problem = problems[row // c.n]
+    owner = [p for p, size in enumerate(groups.sizes) for _ in range(size)]  # row -> its group
+    rewards = [r for p, size in enumerate(groups.sizes) for r in groups.rewards[p, :size].tolist()]
+    for row in range(min(c.log_completions, len(owner))):
+        problem = groups.problems[owner[row]]
         file.write(json.dumps({
-            "step": step, "question": problem.question, "answer": problem.answer, "completion": texts[row],
-            "reward": flat[row], "selected": row in advantage, "advantage": advantage.get(row),
+            "step": step, "question": problem.question, "answer": problem.answer, "completion": groups.rollouts.texts[row],
+            "reward": rewards[row], "selected": row in advantage, "advantage": advantage.get(row),
         }) + "\n")
     file.flush()
 
@@ -407,17 +404,31 @@ def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
     return result
 
 
-def _reward_stats(acc: Accelerator, all_rewards: torch.Tensor, chosen: torch.Tensor) -> dict:
-    """Mean and std of the rewards of every rollout and of the selected ones, over all ranks."""
+def _reward_stats(acc: Accelerator, rewards: torch.Tensor, chosen: torch.Tensor) -> dict:
+    """Mean and std of the rewards of every rollout of the trained groups (``rewards`` [P, n], NaN
+    past a group's size) and of the selected ones ([P, m]), over all ranks."""
+    every = rewards[~rewards.isnan()].double()
+    count, total, squares = _sum_over_ranks(acc, [float(len(every)), float(every.sum()), float((every**2).sum())])
     if acc.num_processes > 1:
-        all_rewards = acc.gather(all_rewards.to(acc.device)).cpu()
         chosen = acc.gather(chosen.to(acc.device)).cpu()
     group_std = chosen.std(1) if chosen.shape[1] > 1 else torch.zeros(len(chosen))
+    variance = (squares - total**2 / count) / (count - 1) if count > 1 else 0.0
     return {
-        "reward_mean": float(all_rewards.mean()), "reward_std": float(all_rewards.std()) if all_rewards.numel() > 1 else 0.0,
+        "reward_mean": total / max(count, 1.0), "reward_std": max(variance, 0.0) ** 0.5,
         "selected_reward_mean": float(chosen.mean()), "selected_reward_std": float(chosen.std()) if chosen.numel() > 1 else 0.0,
         "frac_zero_std_groups": float((group_std == 0).float().mean()),
     }
+
+
+def _sampling_counts(acc: Accelerator, c: Config, counts: dict) -> dict:
+    """The sampler's counts of the step, over all ranks: rollouts generated and groups dropped are
+    summed; prompts skipped and batches drawn are the same on every rank; rounds, the most of any."""
+    generated, filtered = _sum_over_ranks(acc, [float(counts["rollouts_generated"]), float(counts["groups_filtered"])])
+    rounds = counts["adaptive_rounds"]
+    if acc.num_processes > 1:
+        rounds = acc.gather(torch.tensor([rounds], device=acc.device)).max()
+    return {"rollouts_generated": int(generated), "prompts_skipped": counts["prompts_skipped"],
+            "groups_filtered": int(filtered), "dynamic_rounds": counts["dynamic_rounds"], "adaptive_rounds": int(rounds)}
 
 
 def _mean_over_ranks(acc: Accelerator, values: dict[str, float]) -> dict[str, float]:

@@ -8,11 +8,15 @@ a side written as a decimal is compared rounded to 6 decimal places (so ``0.3333
 (LaTeX, expressions, intervals, ...) goes to math-verify (:func:`verify_answer`), which the reward
 pool runs in a worker process under a hard time bound. There, unlike math-verify on its own, a
 restated computation (``409 + 83`` for ``492``) is not an answer: the result has to be stated.
+Before either path, an answer that cannot be a sensible one (:func:`implausible`: a huge factorial
+or power, deep brackets, a long run of digits, pages of symbols) is wrong at once: math-verify
+would stall on it, costing a worker of the pool its whole time bound and a restart.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 from fractions import Fraction
 from functools import lru_cache
@@ -136,6 +140,8 @@ def fast_match(completion: str, gold: str) -> bool | None:
         return False
     if answer.strip() == gold.strip():
         return True
+    if implausible(answer, gold):
+        return False
     g, p = as_number(gold), as_number(answer)
     if g is None:
         return None
@@ -144,6 +150,81 @@ def fast_match(completion: str, gold: str) -> bool | None:
         return True if last is not None and numbers_equal(g, last) else None
     # math-verify also compares the answer's last number, which drops a percentage sign
     return numbers_equal(g, p) or (p.percent and numbers_equal(g, p._replace(percent=False)))
+
+
+# --------------------------------------------------------------------------- implausible answers
+
+_LATEX_LAYOUT = re.compile(r"\\left|\\right|\\!|[{}\s]")  # sizing, thin spaces, grouping, white space
+_DIGITS = re.compile(r"\d+")
+_BRACKETS = re.compile(r"[()\[\]{}]")
+_TEXT = re.compile(r"[^\W\d_]+|\s+")  # letters (any script) and white space
+_FACTORIAL = re.compile(r"(\d+)!(?!=)")  # n! (not n != ...)
+_FACTORIAL_OF_FACTORIAL = re.compile(r"[\d)]!\)*!(?!=)")  # (10!)!, 20!! (not "Yes!!")
+_POWER_OF_POWER = re.compile(r"[\d)]\^\(?\d+(?:\.\d+)?\)?\^")  # a^b^c of numbers, b a number: 10^{10^{10}}
+_HUGE_EXPONENT = re.compile(r"\^\(?\d{7,}")  # 10^{10000000}
+
+
+def _flat(text: str) -> str:
+    """``text`` without LaTeX layout (braces, ``\\left``, thin spaces) or white space, ``**`` as ``^``:
+    ``10^{10^{10}}`` reads ``10^10^10``."""
+    return _LATEX_LAYOUT.sub("", text).replace("**", "^")
+
+
+def _longest_digit_run(text: str) -> int:
+    return max(map(len, _DIGITS.findall(text)), default=0)
+
+
+def _bracket_depth(text: str) -> int:
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(text):
+        depth = depth + 1 if bracket in "([{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _symbol_count(text: str) -> int:
+    """Characters that are neither letters nor white space: the size of the mathematics in it."""
+    return len(_TEXT.sub("", text))
+
+
+def _factorial_digits(text: str) -> float:
+    """Digits of the largest number a factorial is taken of; a factorial of a factorial: inf."""
+    flat = _flat(text)
+    if _FACTORIAL_OF_FACTORIAL.search(flat):
+        return math.inf
+    return max(map(len, _FACTORIAL.findall(flat)), default=0)
+
+
+def _huge_powers(text: str) -> int:
+    """Powers of numbers too large to compute: a power tower, or an exponent of 7 digits or more."""
+    flat = _flat(text)
+    return len(_POWER_OF_POWER.findall(flat)) + len(_HUGE_EXPONENT.findall(flat))
+
+
+# (name, measure, the most a sensible final answer has). The 9,292 gold answers of GSM8K (train and
+# test) and MATH-500 reach 25 symbols, a run of 9 digits and bracket depth 2, with no factorial or
+# huge power: the limits leave a wide margin.
+_SENSIBLE = (
+    ("symbols", _symbol_count, 500),
+    ("digit run", _longest_digit_run, 30),
+    ("bracket depth", _bracket_depth, 8),
+    ("factorial", _factorial_digits, 5),
+    ("huge power", _huge_powers, 0),
+)
+
+
+def implausible(answer: str, gold: str) -> str | None:
+    """The first measure by which ``answer`` cannot be a sensible final answer, else None: over
+    500 symbols (characters other than letters and spaces), a run of over 30 digits, brackets
+    nested over 8 deep, a factorial of a number of 6 digits or more (or of a factorial), a power
+    tower of numbers or an exponent of 7 digits or more. Never by a measure on which the gold
+    itself goes as far, so that no answer is rejected for looking like its gold. A few regular
+    expressions: microseconds, where math-verify can stall for the whole time bound."""
+    for name, measure, most in _SENSIBLE:
+        value = measure(answer)
+        if value > most and value > measure(gold):
+            return name
+    return None
 
 
 # --------------------------------------------------------------------------- math-verify
@@ -208,7 +289,7 @@ def verify_answer(completion: str, gold: str) -> bool:
     "60.0%") is also compared by its last number."""
     answer = extract_answer(completion)
     gold = gold_answer(gold)
-    if answer is None or gold is None:
+    if answer is None or gold is None or implausible(answer, gold):
         return False
     if _verified(gold, answer):
         return True

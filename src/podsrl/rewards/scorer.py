@@ -31,6 +31,7 @@ from podsrl.rewards import pool as reward_pool
 class StepResult(NamedTuple):
     rewards: torch.Tensor  # [P, n] weighted sum of every reward function
     means: dict[str, float]  # each function's mean over the completions it applies to
+    applicable: dict[str, int]  # how many completions each function applies to (not None)
     timeouts: int  # evaluations that ran past the bound (or whose worker died): scored 0
     seconds: float  # scoring time not hidden behind generation
 
@@ -133,14 +134,14 @@ class StepScores:
                 self.values[name][r] = v
         self.pending = []
         total = [0.0] * len(next(iter(self.values.values())))
-        means = {}
+        means, counts = {}, {}
         for (name, values), w in zip(self.values.items(), self.scorer.weights):
             values = _checked(name, values, len(total))
             applicable = [v for v in values if v is not None]
-            means[name] = sum(applicable) / max(len(applicable), 1)
+            means[name], counts[name] = sum(applicable) / max(len(applicable), 1), len(applicable)
             total = [t + w * (v or 0.0) for t, v in zip(total, values)]
         rewards = torch.tensor(total, dtype=torch.float32).view(-1, self.n)
-        return StepResult(rewards, means, self.timeouts, self.inline_s + time.perf_counter() - start)
+        return StepResult(rewards, means, counts, self.timeouts, self.inline_s + time.perf_counter() - start)
 
     def _cancel(self) -> None:
         for *_, future in self.pending:

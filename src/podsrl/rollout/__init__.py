@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Protocol
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -17,6 +19,26 @@ class Rollouts(NamedTuple):
     texts: list[str]  # [N] decoded completions, special tokens removed
 
 
+def take_rows(r: Rollouts, rows: list[int]) -> Rollouts:
+    """The rollouts at ``rows``, in that order."""
+    index = torch.tensor(rows, dtype=torch.long)
+    return Rollouts(*(t[index.to(t.device)] for t in r[:4]), [r.texts[i] for i in rows])
+
+
+def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """Rollouts of several generate calls as one: prompts left-padded, completions right-padded
+    to the widest."""
+    prompt_w = max(p.prompt_ids.shape[1] for p in parts)
+    completion_w = max(p.completion_ids.shape[1] for p in parts)
+    left = lambda t, value: F.pad(t, (prompt_w - t.shape[1], 0), value=value)
+    right = lambda t, value: F.pad(t, (0, completion_w - t.shape[1]), value=value)
+    return Rollouts(
+        torch.cat([left(p.prompt_ids, pad_id) for p in parts]), torch.cat([left(p.prompt_mask, 0) for p in parts]),
+        torch.cat([right(p.completion_ids, pad_id) for p in parts]), torch.cat([right(p.completion_mask, 0) for p in parts]),
+        [t for p in parts for t in p.texts],
+    )
+
+
 OnChunk = Callable[[int, list[str], list[list[int]]], None]
 """Called with each batch of finished groups as soon as it exists: the index of its first prompt,
 its completions' texts and token ids (``n`` per prompt, in order), so scoring can start while the
@@ -25,9 +47,11 @@ rest is generated."""
 
 class RolloutEngine(Protocol):
     def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
-                 seeds: list[int] | None = None, on_chunk: OnChunk | None = None) -> Rollouts:
+                 seeds: list[int] | None = None, on_chunk: OnChunk | None = None, first_row: int = 0) -> Rollouts:
         """Sample ``n`` completions of each (already templated) prompt; ``temperature`` 0 is greedy.
-        ``seeds`` (one per prompt) make each prompt's rollouts repeatable."""
+        ``seeds`` (one per prompt) make each prompt's rollouts repeatable; ``first_row`` numbers
+        them from there, so that rollouts drawn in rounds (``first_row`` 0, then 8, ...) are the
+        ones a single call would have drawn."""
         ...
 
     def sync_weights(self) -> None:

@@ -114,7 +114,7 @@ class HFEngine:
     @torch.no_grad()
     def generate(
         self, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seeds: list[int] | None = None,
-        on_chunk: OnChunk | None = None,
+        on_chunk: OnChunk | None = None, first_row: int = 0,
     ) -> Rollouts:
         """``seeds`` (one per prompt) makes each prompt's n rollouts depend on its seed alone (up
         to floating-point noise), not on which other prompts share the batch or the process, nor
@@ -131,7 +131,7 @@ class HFEngine:
         self.model.eval()
         if seeds is None:  # unseeded: fresh draws from the global RNG
             seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
-        row_seeds = row_seed_tensor([seed * 1_000_003 + j for seed in seeds for j in range(n)])
+        row_seeds = row_seed_tensor([seed * 1_000_003 + j for seed in seeds for j in range(first_row, first_row + n)])
         per_call = max(1, self.batch_size // n)  # prompts per generate call
         chunks, texts = [], []  # (completion ids, mask) of each generate call; decoded completions
         for first in range(0, len(prompts), per_call):
