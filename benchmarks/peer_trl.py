@@ -12,9 +12,11 @@ temperature 0.9. Each run is a fresh process; they run one after the other. Prin
     level before the update ("delta").
 
 Two comparisons: each side with its own defaults (TRL: bf16 autocast and gradient checkpointing;
-podsrl: fp32 and gradient checkpointing), then both in fp32 without checkpointing.
+podsrl: gradient checkpointing, bf16 autocast on a CUDA GPU and fp32 on a CPU, and on a GPU the
+static decoder for calls of up to 512 rows), then both in fp32 without checkpointing. A fifth run,
+podsrl's defaults with the loop decoder, shows what the decoder choice gives.
 
-    python benchmarks/peer_trl.py [--prompts 4] [--n 16] [--tokens 16] [--steps 6]
+    python benchmarks/peer_trl.py [--prompts 4] [--n 16] [--tokens 16] [--steps 6] [--runs trl-defaults,...]
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ import sys
 import tempfile
 import time
 
-RUNS = {  # name -> (side, settings)
+RUNS = {  # name -> (side, settings); --runs names them side-settings
     "TRL, its defaults": ("trl", "defaults"),
     "podsrl, its defaults": ("podsrl", "defaults"),
     "TRL, fp32": ("trl", "fp32"),
     "podsrl, fp32": ("podsrl", "fp32"),
-    "podsrl, static cache": ("podsrl", "static"),  # its defaults with rollout.decoder=static
+    "podsrl, loop decoder": ("podsrl", "loop"),  # its defaults with rollout.decoder=loop
 }
 
 
@@ -51,11 +53,12 @@ def run_podsrl(args, settings: str) -> dict:
 
     out = tempfile.mkdtemp() + "/run"
     c = load_config(None, [
-        "mode=grpo", f"n={args.n}", f"prompts_per_step={args.prompts}", f"steps={args.steps}",
+        "mode=grpo", f"n={args.n}", f"m={args.n}", f"prompts_per_step={args.prompts}", f"steps={args.steps}",
         f"rollout.max_new_tokens={args.tokens}", "rollout.temperature=0.9", "lr=3e-5", "task.operations=+-*",
         f"task.digits={args.digits}", "task.test_size=1", "progress=false", f"output_dir={out}", "save_every=0",
-        *(["model.gradient_checkpointing=false"] if settings == "fp32" else []),
-        *(["rollout.decoder=static"] if settings == "static" else []),
+        f"model.name_or_path={args.model}",
+        *(["model.gradient_checkpointing=false", "mixed_precision=no"] if settings == "fp32" else []),
+        *(["rollout.decoder=loop"] if settings == "loop" else []),
     ])
     train(c)
     rows = [json.loads(l) for l in open(f"{out}/metrics.jsonl") if "update_s" in l]
@@ -114,7 +117,7 @@ def run_trl(args, settings: str) -> dict:
         report_to="none", logging_steps=1, save_strategy="no", use_cpu=device.type == "cpu", seed=0,
         shuffle_dataset=False, **fp32,
     )
-    trainer = Timed(model=_local_source("smollm2"), args=config, reward_funcs=[accuracy_reward],
+    trainer = Timed(model=_local_source(args.model), args=config, reward_funcs=[accuracy_reward],
                     train_dataset=data, callbacks=[Clock()])
     trainer.train()
     return record
@@ -137,6 +140,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--digits", type=int, default=1)
+    parser.add_argument("--model", default="smollm2", help="both sides' model (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--runs", help="comma-separated side-settings of the runs to make (default: all): "
+                        + ", ".join(f"{side}-{settings}" for side, settings in RUNS.values()))
     parser.add_argument("--only", help=argparse.SUPPRESS)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
@@ -146,17 +152,27 @@ def main() -> None:
         print("RESULT " + json.dumps(result))
         return
 
-    import torch
-    import trl
+    from importlib.metadata import PackageNotFoundError, version
 
+    import torch
+
+    runs = [name for name, (side, settings) in RUNS.items() if args.runs is None or f"{side}-{settings}" in args.runs.split(",")]
+    unknown = set(args.runs.split(",")) - {f"{side}-{settings}" for side, settings in RUNS.values()} if args.runs else set()
+    if unknown or not runs:
+        parser.error(f"unknown --runs {', '.join(sorted(unknown)) or args.runs}")
+    try:
+        trl_version = version("trl")
+    except PackageNotFoundError:
+        trl_version = "not installed"
+    model = "SmolLM2-135M-Instruct" if args.model == "smollm2" else args.model
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
-    print(f"GRPO step on SmolLM2-135M-Instruct: {args.prompts} prompts x {args.n} rollouts, up to {args.tokens} new tokens; "
-          f"{args.steps} steps (first excluded); {device}; TRL {trl.__version__}, torch {torch.__version__}")
+    print(f"GRPO step on {model}: {args.prompts} prompts x {args.n} rollouts, up to {args.tokens} new tokens; "
+          f"{args.steps} steps (first excluded); {device}; TRL {trl_version}, torch {torch.__version__}")
     print(f"{'run':<22} {'step s':>8} {'rollout tok/s':>14} {'update peak MB':>15} {'delta MB':>9}")
     results = {}
-    for name in RUNS:
+    for name in runs:
         child = [sys.executable, __file__, "--only", name] + [f"--{k}={v}" for k, v in vars(args).items()
-                                                              if k in ("prompts", "n", "tokens", "steps", "digits")]
+                                                              if k in ("prompts", "n", "tokens", "steps", "digits", "model")]
         out = subprocess.run(child, capture_output=True, text=True)
         lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         if out.returncode != 0 or not lines:
@@ -168,7 +184,7 @@ def main() -> None:
               flush=True)
     print()
     for ours_name, trl_name in [("podsrl, its defaults", "TRL, its defaults"), ("podsrl, fp32", "TRL, fp32"),
-                                ("podsrl, static cache", "TRL, its defaults")]:
+                                ("podsrl, loop decoder", "TRL, its defaults")]:
         trl_run, ours = results.get(trl_name), results.get(ours_name)
         if trl_run and ours:
             print(f"{ours_name} / {trl_name}: step time {ours['step_s'] / trl_run['step_s']:.2f}x (target <= 0.75), "
@@ -177,6 +193,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+    if len(results) < len(runs):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def launch(config: str, *args: str, launcher_args: tuple[str, ...] = (), env: dict | None = None, timeout: int = 600):
+    """``accelerate launch`` with ``configs/accelerate/<config>`` of ``args`` (a script and its
+    arguments, or ``-m podsrl ...``), the processes on the CPU with one thread each, meeting at a
+    free port unless ``launcher_args`` name one."""
+    port = () if "--main_process_port" in launcher_args else ("--main_process_port", str(free_port()))
+    return subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", *port, *launcher_args,
+         "--config_file", str(REPO / "configs" / "accelerate" / config), *args],
+        env=env or cpu_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def cpu_env() -> dict:
+    """Subprocesses on the CPU (even on a machine with a GPU), one thread per process: then a
+    one-process run's kernels round as each rank's do."""
+    return {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
 
 
 def subprocess_env() -> dict:

@@ -86,6 +86,16 @@ def text_length(completions, **_):
     return [float(len(c) % 5) / 4 for c in completions]
 
 
+def varied_on_rank_zero(completions, completion_ids, **_):
+    """``varied`` on the process of rank 0, 1.0 on the others (groups without signal, whose
+    rollouts skip the update): the ranks then train different numbers of rollouts."""
+    import os
+
+    if os.environ.get("RANK", "0") == "0":
+        return varied(completions, completion_ids)
+    return [1.0] * len(completions)
+
+
 def exits(completions, **_):
     """Calls sys.exit(0), as a script's main() might."""
     import sys

@@ -7,7 +7,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, free_port, subprocess_env
+from conftest import REPO, cpu_env, launch
 
 WORKER = str(REPO / "tests" / "distributed_worker.py")
 
@@ -25,13 +25,10 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
     # per process, so that the one-process run's kernels round as each rank's do (accelerate gives
     # each CPU rank one thread; Adam turns a rounding difference in a near-zero gradient into a
     # difference of up to lr in a weight)
-    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, WORKER, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
-                         env=env, capture_output=True, text=True, timeout=600)
+                         env=cpu_env(), capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
-                          "--config_file", str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), WORKER, str(tmp_path / "two.json"),
-                          *common, f"output_dir={tmp_path / 'two'}"], env=env, capture_output=True, text=True, timeout=600)
+    two = launch("cpu_2proc.yaml", WORKER, str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}")
     assert two.returncode == 0, two.stderr[-3000:]
     a = json.loads((tmp_path / "one.json").read_text())
     b = json.loads((tmp_path / "two.json").read_text())

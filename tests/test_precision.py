@@ -10,6 +10,42 @@ import torch
 from conftest import subprocess_env
 
 
+def test_default_mixed_precision():
+    """TRL's default on a CUDA GPU (bf16 autocast), none on a CPU; a setting or the launcher's wins."""
+    from podsrl.trainer import mixed_precision
+
+    assert mixed_precision(None, None, "cuda", True) == "bf16"
+    assert mixed_precision(None, None, "cuda", False) == "no"  # a GPU without bf16
+    assert mixed_precision(None, None, "cuda", True, dtype="float16") == "no"  # fp16 weights: no bf16 autocast
+    assert mixed_precision(None, None, "cuda", True, dtype="bfloat16") == "bf16"
+    assert mixed_precision(None, None, "cpu", True) == "no"
+    assert mixed_precision("no", None, "cuda", True) == "no"
+    assert mixed_precision("fp16", "bf16", "cuda", True) == "fp16"
+    assert mixed_precision(None, "no", "cuda", True) == "no"  # accelerate launch's config
+    assert mixed_precision(None, "bf16", "cpu", False) == "bf16"
+
+
+def test_mixed_precision_no_on_the_command_line_is_the_setting_no():
+    from podsrl.config import load_config
+
+    assert load_config(None, ["mixed_precision=no"]).mixed_precision == "no"
+    assert load_config(None, ["mixed_precision=bf16"]).mixed_precision == "bf16"
+    assert load_config(None, []).mixed_precision is None
+
+
+def test_run_says_its_precision_and_a_cpu_run_is_fp32(tiny_config, caplog):
+    import logging
+    import re
+
+    from podsrl.trainer import train
+
+    with caplog.at_level(logging.INFO, logger="podsrl.trainer"):
+        train(tiny_config("steps=1"))
+    assert re.search(r"on 1 process\(es\), \S+, NO, mixed precision (no|bf16|fp16);", caplog.text), caplog.text
+    if not torch.cuda.is_available():
+        assert "mixed precision no;" in caplog.text
+
+
 def test_bf16_autocast_trains(tmp_path, tiny_overrides):
     # its own process: accelerate keeps one precision per process
     result = subprocess.run([sys.executable, "-m", "podsrl", "train", *tiny_overrides, "mixed_precision=bf16", "steps=1"],

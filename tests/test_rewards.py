@@ -9,7 +9,18 @@ import pytest
 from conftest import REPO, SHARED_DATA
 from podsrl.errors import PodsError
 from podsrl.rewards import REWARDS, accuracy_reward, answer_matches, extract_answer, load_reward
+from podsrl.rewards import pool
 from podsrl.rewards.answers import as_number, fast_match, gold_answer, implausible, verify_answer
+
+
+@pytest.fixture(autouse=True)
+def unhurried_pool():
+    """A pool bound far above any grade's cost: these tests check grades, and a loaded machine may
+    take several times the default bound on a hard MATH-500 answer (the bound itself is tested in
+    test_scoring.py)."""
+    pool.configure(timeout=60.0)
+    yield
+    pool.configure()
 
 
 @pytest.mark.parametrize(

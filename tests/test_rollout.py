@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from podsrl import models
-from podsrl.rollout.hf import HFEngine, mask_after_eos, row_seed_tensor, row_uniforms, sample_rows
+from podsrl.rollout import hf
+from podsrl.rollout.hf import HFEngine, choose_decoder, mask_after_eos, row_seed_tensor, row_uniforms, sample_rows
 
 
 def test_mask_after_eos():
@@ -107,3 +108,44 @@ def test_static_cache_decoder_matches_loop(tiny_model_dir):
     assert torch.equal(static.completion_mask, loop.completion_mask)
     greedy = [HFEngine(model, tok, decoder=d).generate(prompts, 1, 0.0, 8) for d in ("loop", "static")]
     assert torch.equal(greedy[0].completion_ids, greedy[1].completion_ids)
+
+
+def test_auto_decoder_choice_by_device_and_rows_per_call():
+    """static only on a CUDA GPU and only up to the crossover; loop everywhere else."""
+    crossover = hf.STATIC_MAX_ROWS
+    assert 256 <= crossover < 1024  # between the sizes where static won (256) and lost (1,024) on an H100
+    for rows in (1, 64, 256, crossover):
+        assert choose_decoder("cuda", rows) == "static"
+        assert choose_decoder("cpu", rows) == "loop"
+    for rows in (crossover + 1, 1024, 4096):
+        assert choose_decoder("cuda", rows) == "loop" and choose_decoder("cpu", rows) == "loop"
+    assert choose_decoder("cuda", 300, static_max_rows=256) == "loop"
+    assert choose_decoder("mps", 8) == "loop"
+    with pytest.raises(ValueError, match="rows"):
+        choose_decoder("cuda", 0)
+    with pytest.raises(ValueError, match="unknown decoder"):
+        HFEngine(torch.nn.Linear(1, 1), None, decoder="fast")
+
+
+def test_auto_decoder_on_a_cpu_gives_the_loop_decoders_rollouts(tiny_model_dir):
+    tok = models.load_tokenizer(tiny_model_dir)
+    model = models.load_model(tiny_model_dir)
+    prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
+    auto = HFEngine(model, tok, batch_size=8).generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
+    loop = HFEngine(model, tok, batch_size=8, decoder="loop").generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
+    assert torch.equal(auto.prompt_ids, loop.prompt_ids) and torch.equal(auto.completion_ids, loop.completion_ids)
+    assert torch.equal(auto.completion_mask, loop.completion_mask) and auto.texts == loop.texts
+
+
+def test_auto_decoder_asks_with_the_rows_of_one_call(tiny_model_dir, monkeypatch):
+    """auto decides once per generate() from the rows of its largest call (prompts per call x n),
+    and runs what it chose: here static, whose prompts are padded to a multiple of 16."""
+    tok = models.load_tokenizer(tiny_model_dir)
+    model = models.load_model(tiny_model_dir)
+    asked = []
+    monkeypatch.setattr(hf, "choose_decoder", lambda device, rows: asked.append((device, rows)) or "static")
+    prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
+    out = HFEngine(model, tok, batch_size=8).generate(prompts, 4, 1.0, 4, seeds=[1, 2, 3])  # 2 prompts per call
+    one = HFEngine(model, tok, batch_size=64).generate(prompts[:1], 4, 1.0, 4, seeds=[1])  # fewer prompts than a call holds
+    assert asked == [("cpu", 8), ("cpu", 4)]
+    assert out.prompt_ids.shape[1] % 16 == 0 and one.prompt_ids.shape[1] % 16 == 0

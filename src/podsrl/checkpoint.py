@@ -2,7 +2,9 @@
 
 A checkpoint is written to a temporary folder and renamed into place, so it is complete or
 absent. ``model/`` is what ``save_pretrained`` writes (a LoRA adapter, or the full model) plus the
-tokenizer, loadable by transformers, peft and ``podsrl eval`` as it is.
+tokenizer, loadable by transformers, peft and ``podsrl eval`` as it is. ``optimizer.pt`` is the
+optimizer's full state keyed by parameter name, gathered from the ranks under FSDP, so a run can
+resume on another number of processes, sharded or not.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ from pathlib import Path
 
 import torch
 
+from podsrl import sharding
 from podsrl.errors import PodsError, first_line
+
+DEEPSPEED, DEEPSPEED_TAG = "deepspeed", "state"
+"""Under DeepSpeed the optimizer state is saved by DeepSpeed, one partition per rank, in
+``deepspeed/state/`` instead of ``optimizer.pt``; a resumed run needs as many processes."""
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
@@ -28,15 +35,65 @@ def read_state(checkpoint: Path) -> dict:
     return json.loads((checkpoint / "trainer_state.json").read_text())
 
 
-def load_optimizer(optimizer, checkpoint: Path, lr: float, weight_decay: float) -> None:
-    """The optimizer's state from a checkpoint, under the run's current ``lr`` and
-    ``weight_decay`` (the state dict carries the values it was saved with)."""
+def optimizer_state(model, optimizer) -> dict:
+    """The optimizer's full state, keyed by parameter name, on the main process (``{}`` on the
+    others): under FSDP each rank holds a shard of it, gathered here."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_optimizer_state_dict(model, _inner(optimizer), options=options)
+
+
+def load_optimizer(acc, model, optimizer, checkpoint: Path, lr: float, weight_decay: float) -> None:
+    """Restore the optimizer state of ``checkpoint``, under the run's current ``lr`` and
+    ``weight_decay`` (the state carries the values it was saved with): :func:`optimizer_state`'s,
+    read by the main process and sent to the others, each keeping its shard; DeepSpeed's, each
+    rank reading its own partition. An older checkpoint's ``optimizer.state_dict()`` (keyed by
+    parameter index) loads as it was saved, on every process."""
+    deepspeed = (checkpoint / DEEPSPEED).is_dir()
+    if deepspeed != sharding.is_deepspeed(acc):
+        raise PodsError(f"checkpoint {checkpoint} holds {'DeepSpeed' if deepspeed else 'no DeepSpeed'} optimizer state: "
+                        f"resume it {'under' if deepspeed else 'without'} DeepSpeed")
     try:
-        optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True))
+        if deepspeed:
+            model.load_checkpoint(str(checkpoint / DEEPSPEED), tag=DEEPSPEED_TAG, load_module_strict=False,
+                                  load_optimizer_states=True, load_lr_scheduler_states=False)
+        else:
+            _load_optimizer(acc, model, optimizer, checkpoint)
     except (ValueError, RuntimeError, KeyError) as e:
         raise PodsError(f"checkpoint {checkpoint} does not match the model's trainable weights: {first_line(e)}") from None
-    for group in optimizer.param_groups:
+    for group in _inner(optimizer).param_groups:
         group["lr"], group["weight_decay"] = lr, weight_decay
+
+
+def _load_optimizer(acc, model, optimizer, checkpoint: Path) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    world = acc.num_processes
+    state = _read_optimizer(checkpoint) if acc.is_main_process else {}
+    by_index = _by_index(state)
+    if world > 1:
+        from accelerate.utils import broadcast_object_list
+
+        by_index = broadcast_object_list([by_index])[0]
+    if by_index:
+        optimizer.load_state_dict(state or _read_optimizer(checkpoint))
+        return
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=world > 1)
+    set_optimizer_state_dict(model, _inner(optimizer), optim_state_dict=state, options=options)
+
+
+def _read_optimizer(checkpoint: Path) -> dict:
+    return torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True)
+
+
+def _by_index(state: dict) -> bool:
+    return any(isinstance(p, int) for g in state.get("param_groups", []) for p in g["params"])
+
+
+def _inner(optimizer):
+    """The torch optimizer under accelerate's wrapper."""
+    return getattr(optimizer, "optimizer", optimizer)
 
 
 def load_weights(model, folder: Path, lora: bool) -> None:
@@ -63,35 +120,67 @@ def save_checkpoint(s, step: int, keep: int = 1) -> None:
     A write that fails (a full disk, say) leaves the previous checkpoint as it was and raises
     PodsError on every process."""
     acc = s.accelerator
-    acc.wait_for_everyone()
-    state_dict = acc.get_state_dict(s.model)
+    root = s.output_dir / "checkpoints"
+    final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
     error = None
     if acc.is_main_process:
-        root = s.output_dir / "checkpoints"
-        final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
+        except OSError as e:
+            error = _write_error(step, root, e)
+    error = _on_every_rank(acc, error)
+    state_dict = acc.get_state_dict(s.model)  # whole on the main process, also under FSDP
+    optimizer = None
+    if sharding.is_deepspeed(acc):  # every rank writes its partition of the optimizer state
+        if error is None:
+            s.model.save_checkpoint(str(tmp / DEEPSPEED), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True)
+    else:
+        optimizer = optimizer_state(s.model, s.optimizer)
+    acc.wait_for_everyone()
+    if acc.is_main_process and error is None:
+        try:
+            _share_tied(state_dict, acc.unwrap_model(s.model))
             acc.unwrap_model(s.model).save_pretrained(tmp / "model", state_dict=state_dict)
             s.tokenizer.save_pretrained(tmp / "model")
-            torch.save(s.optimizer.state_dict(), tmp / "optimizer.pt")
+            if optimizer is not None:
+                torch.save(optimizer, tmp / "optimizer.pt")
             state = {"step": step, "train_seconds": s.train_seconds, "sampling": s.sampler.state_dict()}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
         except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
             shutil.rmtree(tmp, ignore_errors=True)
-            error = f"cannot write the checkpoint of step {step} to {root}: {getattr(e, 'strerror', None) or first_line(e)}"
+            error = _write_error(step, root, e)
         else:
             for old in sorted(root.glob("step-*"))[:-keep]:
                 shutil.rmtree(old, ignore_errors=True)
+    error = _on_every_rank(acc, error)
+    if error is not None:
+        raise PodsError(error)
+    acc.wait_for_everyone()
+
+
+def _write_error(step: int, root: Path, e: Exception) -> str:
+    return f"cannot write the checkpoint of step {step} to {root}: {getattr(e, 'strerror', None) or first_line(e)}"
+
+
+def _on_every_rank(acc, error: str | None) -> str | None:
+    """The main process's ``error``, on every process."""
     if acc.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
         error = broadcast_object_list([error])[0]
-    if error is not None:
-        raise PodsError(error)
-    acc.wait_for_everyone()
+    return error
+
+
+def _share_tied(state_dict: dict, model) -> None:
+    """A tied parameter (an input embedding that is also the output layer) is gathered from its
+    shards as two tensors; make them one, so that ``save_pretrained`` stores it once, as unsharded."""
+    first: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if name in state_dict and first.setdefault(id(param), name) != name:
+            state_dict[name] = state_dict[first[id(param)]]
 
 
 def read_metrics(path: Path) -> list[dict]:

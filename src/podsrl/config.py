@@ -81,10 +81,12 @@ class RolloutConfig:
     """HF engine: sequences decoded together; default 1024 on a GPU, 128 on a CPU."""
     share_prompt_cache: bool = True
     """HF engine: prefill each prompt once and share its KV cache among its n rollouts."""
-    decoder: Literal["loop", "generate", "static"] = "loop"
+    decoder: Literal["auto", "loop", "generate", "static"] = "auto"
     """HF engine: ``loop`` drops each row from the batch as soon as it ends; ``generate`` runs
     transformers' generate (every row until the last one ends); ``static``, generate with a static
-    KV cache, compiled with CUDA graphs on a GPU."""
+    KV cache, compiled with CUDA graphs on a GPU; ``auto``: ``static`` on a CUDA GPU for generate
+    calls of at most 512 rows (prompts per call x n; ``podsrl.rollout.hf.STATIC_MAX_ROWS``), else
+    ``loop`` (always ``loop`` on a CPU)."""
     gpu_memory_utilization: float = 0.3
     """vLLM: fraction of GPU memory for its weights and KV cache (the rest trains)."""
     sleep: bool = False
@@ -171,7 +173,9 @@ class Config:
     """Per-token log-probs chunk by chunk from the hidden states, never the full [N, T, V] logits
     (falls back to full logits under FSDP / DeepSpeed or for an unusual output layer)."""
     mixed_precision: Literal["no", "bf16", "fp16"] | None = None
-    """Autocast through accelerate (weights stay in model.dtype); default: the launcher's setting."""
+    """Autocast through accelerate (weights stay in model.dtype); default: the launcher's setting
+    (``accelerate launch`` sets one), else bf16 on a CUDA GPU that supports it, as TRL does (unless
+    model.dtype is float16), and no autocast on a CPU."""
     micro_batch_size: int | None = None
     """Sequences per forward/backward; default: every trained sequence at once (grpo, pods), or
     m x prompts (grpo-ga)."""
@@ -221,6 +225,8 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
         bad = [o for o in overrides if "=" not in o]
         if bad:
             raise PodsError(f"overrides must be key=value, got {bad[0]!r}")
+        # YAML reads a bare `no` as false; mixed_precision=no means the setting "no"
+        overrides = ["mixed_precision='no'" if o == "mixed_precision=no" else o for o in overrides]
         merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:

@@ -24,7 +24,6 @@ import itertools
 import json
 import logging
 import math
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -33,10 +32,11 @@ from pathlib import Path
 from typing import NamedTuple, TextIO
 
 import torch
-from accelerate import Accelerator, DistributedType
+from accelerate import Accelerator
+from accelerate.state import is_initialized as accelerate_state_exists
 from tqdm.auto import tqdm
 
-from podsrl import models, rundir
+from podsrl import models, rundir, sharding
 from podsrl.advantages import group_advantages
 from podsrl.checkpoint import load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic
 from podsrl.config import Config, to_dict, to_yaml, trained_per_prompt
@@ -97,19 +97,33 @@ def default_output_dir(c: Config) -> Path:
     return Path("runs") / f"{c.task.name}-{c.mode}-{stamp}"
 
 
+def mixed_precision(setting: str | None, launcher: str | None, device_type: str, bf16_supported: bool,
+                    dtype: str = "float32") -> str:
+    """The run's autocast: the config's ``mixed_precision``, else the launcher's (``accelerate
+    launch`` exports ``ACCELERATE_MIXED_PRECISION`` from its config), else bf16 on a CUDA GPU that
+    supports it (TRL's default) unless the weights are float16, and none on any other device."""
+    if setting is not None:
+        return setting
+    if launcher:
+        return launcher
+    return "bf16" if device_type == "cuda" and bf16_supported and dtype != "float16" else "no"
+
+
 def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     """Validate what the user gave (data, rewards) before touching output_dir; then hold the run
     folder (locked for this run) while the model loads."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
     if accelerator is None:
-        # several processes and fewer GPUs than processes on this machine (torchrun, accelerate
-        # launch): the processes run on the CPU, data parallel over gloo
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-        cpu_ranks = int(os.environ.get("WORLD_SIZE", "1")) > 1 and torch.cuda.device_count() < local
         if c.mixed_precision == "fp16" and not torch.cuda.is_available():
             raise PodsError("mixed_precision=fp16 needs a CUDA GPU; use bf16 or no on this machine")
-        accelerator = Accelerator(log_with=c.report_to or None, project_dir=output_dir, cpu=cpu_ranks,
-                                  mixed_precision=c.mixed_precision)
+        cuda = torch.cuda.is_available() and not sharding.cpu_processes()
+        precision = mixed_precision(c.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
+                                    "cuda" if cuda else "cpu", cuda and torch.cuda.is_bf16_supported(), c.model.dtype)
+        if c.mixed_precision is None and accelerate_state_exists():
+            precision = None  # accelerate keeps one precision per process: the one already set
+        # processes without a GPU each run on the CPU over gloo, sharded if the launcher asks
+        accelerator = sharding.make_accelerator(log_with=c.report_to or None, project_dir=output_dir,
+                                                mixed_precision=precision)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
@@ -145,19 +159,20 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    prompts = c.prompts_per_step // accelerator.num_processes
+    model, optimizer = sharding.prepare(accelerator, model, optimizer, micro_batch_size(c, prompts), c.max_grad_norm)
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
 
-    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharded else None
+    # a sharded output layer is whole only inside the forward: full logits there
+    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharding.is_sharded(accelerator) else None
     s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
               scorer, run, ref_model=ref_model, head=head)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     state = {}
     if resume_from is not None:
         state = read_state(resume_from)
-        load_optimizer(optimizer, resume_from, lr=c.lr, weight_decay=c.weight_decay)
+        load_optimizer(accelerator, model, optimizer, resume_from, lr=c.lr, weight_decay=c.weight_decay)
         s.start_step, s.train_seconds = state["step"], state["train_seconds"]
     s.sampler = Sampler(c, task, s.engine, scorer, tokenizer, s.system_prompt, accelerator, state.get("sampling"),
                         s.start_step)
@@ -219,10 +234,13 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     model.train()
     s.optimizer.zero_grad(set_to_none=True)
     chunks = list(torch.split(trained, micro))
-    for i, part in enumerate(chunks):
+    # sharded: as many passes as the busiest rank; the extra ones (one row, weight 0) only take part
+    extra = sharding.micro_batches_everywhere(acc, len(chunks)) - len(chunks)
+    weights = [1.0] * len(chunks) + [0.0] * extra
+    for i, part in enumerate(chunks + [trained[:1]] * extra):
         r = rows[part]
         ids, cmask = rollouts.completion_ids[r, :C], rollouts.completion_mask[r, :C]
-        sync = i == len(chunks) - 1
+        sync = i == len(weights) - 1
         with nullcontext() if sync else acc.no_sync(model):
             logp = completion_logprobs(model, rollouts.prompt_ids[r], rollouts.prompt_mask[r], ids, cmask, s.head)
             ref = reference_logprobs(s, rollouts, r, C) if c.beta > 0 else None
@@ -231,7 +249,9 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
                 epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
                 max_completion_length=c.rollout.max_new_tokens, num_sequences=len(rows), num_tokens=float(num_tokens),
             )
-            acc.backward(loss)
+            sharding.backward(acc, model, loss * weights[i], last=sync)
+        if not weights[i]:
+            continue
         w = float(stats.num_tokens)
         totals["loss"] += loss.item()
         totals["clip_fraction"] += float(stats.clip_fraction) * w
@@ -298,8 +318,8 @@ def _train(s: Setup, c: Config) -> Path:
     s.eval_log = open(out / "eval_completions.jsonl", "a") if logging_completions else None
 
     if acc.is_main_process:
-        log.info("training %s (%s) on %d process(es), %s; output in %s", c.model.name_or_path, c.mode,
-                 acc.num_processes, acc.device, out)
+        log.info("training %s (%s) on %d process(es), %s, %s, mixed precision %s; output in %s", c.model.name_or_path,
+                 c.mode, acc.num_processes, acc.device, acc.distributed_type.value, acc.mixed_precision, out)
     last_eval = None
     if s.start_step == 0:
         last_eval = _evaluate(s, c, step=0, metrics_file=metrics_file)
@@ -325,8 +345,10 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
     while step < c.steps and not (c.time_budget_s and s.train_seconds >= c.time_budget_s):
         step += 1
         t0 = time.perf_counter()
-        # 1-3. this rank's prompts and their rollouts, scored while later ones are generated
-        groups = s.sampler.step_groups(step)
+        # 1-3. this rank's prompts and their rollouts, scored while later ones are generated; sharded:
+        # on weights gathered once, so that ranks decode independently
+        with sharding.whole_for_generation(s.model):
+            groups = s.sampler.step_groups(step)
         t2 = time.perf_counter()
         # 4-5. select m per prompt; advantages over the selected subset
         chosen = down_sample(c, groups.rewards, step, groups.sizes)
@@ -390,8 +412,9 @@ def _log_completions(file, c: Config, step: int, groups: Groups, chosen: Selecte
 
 def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
     t = time.perf_counter()
-    accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
-                                 c.eval_temperature, s.accelerator, keep=c.log_completions)
+    with sharding.whole_for_generation(s.model):  # a rank may have no problem to generate for
+        accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
+                                     c.eval_temperature, s.accelerator, keep=c.log_completions)
     result = {"eval_accuracy": accuracy, "eval_seconds": time.perf_counter() - t, "eval_step": step}
     if s.eval_log:  # the main process's share of the held-out problems, the first of them
         s.eval_log.writelines(json.dumps({"step": step, **sample}) + "\n" for sample in samples)

@@ -84,6 +84,25 @@ class RowSampler(LogitsProcessor):
         return torch.full_like(scores, float("-inf")).scatter(-1, token.unsqueeze(-1), 0.0)
 
 
+DECODERS = ("auto", "loop", "generate", "static")
+
+STATIC_MAX_ROWS = 512
+"""``auto``'s crossover: the most rows per generate call for which it takes the static decoder on
+a CUDA GPU. Provisional: on one H100 (SmolLM2-135M, 16 new tokens) the static decoder gave
+8,967 tokens/s against the loop's 4,639 at 256 rows per call, and 18,355 against 24,703 at 1,024;
+512 lies between the two measured sizes (``benchmarks/rollout.py --crossover`` measures more)."""
+
+
+def choose_decoder(device_type: str, rows: int, static_max_rows: int = STATIC_MAX_ROWS) -> str:
+    """The decoder ``auto`` runs for a generate call of ``rows`` sequences on a ``device_type``
+    device: ``static`` on a CUDA GPU up to ``static_max_rows`` rows (a step of few rows is bound by
+    kernel launches, which CUDA graphs cut to one per step), else ``loop`` (large steps, and any
+    CPU, are bound by arithmetic, which dropping finished rows saves)."""
+    if rows < 1:
+        raise ValueError(f"rows per call must be >= 1, got {rows}")
+    return "static" if device_type == "cuda" and rows <= static_max_rows else "loop"
+
+
 class HFEngine:
     """Samples from the training model itself, so its weights are always current.
 
@@ -94,11 +113,14 @@ class HFEngine:
     fallback for models whose cache cannot drop rows. ``"static"``: ``generate`` with a static KV
     cache, which transformers compiles on a GPU (CUDA graphs: one launch per decoding step, where a
     small model is bound by kernel launches); prompts are padded to a multiple of 16 tokens, so
-    that few shapes are compiled, and each row is prefilled on its own.
+    that few shapes are compiled, and each row is prefilled on its own. ``"auto"`` (the default)
+    picks one of ``static`` and ``loop`` per call of :meth:`generate` by :func:`choose_decoder`.
     """
 
     def __init__(self, model, tokenizer, top_p: float = 1.0, batch_size: int | None = None,
-                 share_prompt_cache: bool = True, decoder: str = "loop"):
+                 share_prompt_cache: bool = True, decoder: str = "auto"):
+        if decoder not in DECODERS:
+            raise ValueError(f"unknown decoder {decoder!r}; known: {', '.join(DECODERS)}")
         self.model, self.tokenizer = model, tokenizer
         self.top_p = top_p
         device = next(model.parameters()).device
@@ -122,7 +144,9 @@ class HFEngine:
         hands them to ``on_chunk``."""
         pad = self.tokenizer.pad_token_id
         device = next(self.model.parameters()).device
-        static = self.decoder == "static"
+        per_call = max(1, self.batch_size // n)  # prompts per generate call
+        decoder = self.decoder if self.decoder != "auto" else choose_decoder(device.type, min(per_call, len(prompts)) * n)
+        static = decoder == "static"
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False,
                              pad_to_multiple_of=16 if static else None)
         prompt_ids = enc["input_ids"].repeat_interleave(n, 0).to(device)  # [N, P]
@@ -132,7 +156,6 @@ class HFEngine:
         if seeds is None:  # unseeded: fresh draws from the global RNG
             seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()
         row_seeds = row_seed_tensor([seed * 1_000_003 + j for seed in seeds for j in range(first_row, first_row + n)])
-        per_call = max(1, self.batch_size // n)  # prompts per generate call
         chunks, texts = [], []  # (completion ids, mask) of each generate call; decoded completions
         for first in range(0, len(prompts), per_call):
             rows = slice(first * n, (first + per_call) * n)
@@ -142,7 +165,7 @@ class HFEngine:
             else:
                 cache = self._prompt_cache(enc["input_ids"][first : first + per_call].to(device),
                                            enc["attention_mask"][first : first + per_call].to(device), n)
-                decode = self._decode if self.decoder == "loop" and hasattr(cache, "batch_select_indices") else self._generate
+                decode = self._decode if decoder == "loop" and hasattr(cache, "batch_select_indices") else self._generate
                 ids, mask = decode(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, row_seeds[rows], cache)
             chunks.append((ids, mask))
             texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
