@@ -232,6 +232,20 @@ def test_vllm_rollouts_are_seeded_grouped_and_end_at_eos(policy, engine):
 
 
 @needs_vllm
+def test_vllm_rollouts_of_more_prompt_tokens_than_one_scheduler_step_holds(policy):
+    """128 rollouts of 33-token prompts (4,224 prompt tokens, over vLLM's 4,096-token step on a
+    CPU) with a KV cache that holds them all: vLLM 0.32 would split a prefill over two steps and
+    fail rewinding the seeded CPU sampler, so on a CPU every prompt is prefilled whole."""
+    from podsrl.rollout.vllm import VLLMEngine
+
+    model, tokenizer, prompts = policy
+    big = VLLMEngine(model, tokenizer, RolloutConfig(engine="vllm", kv_cache_mb=1024))
+    out = big.generate(prompts, 32, 0.9, 2, seeds=[1, 2, 3, 4])
+    assert int(out.prompt_mask.sum()) > 4096 and len(out.texts) == 128
+    assert int(out.completion_mask.sum(1).min()) >= 1
+
+
+@needs_vllm
 def test_vllm_gets_the_lora_adapter_merged(policy):
     """A LoRA policy: vLLM samples from base + adapter, and pushing leaves the policy unmerged."""
     from podsrl.rollout.vllm import VLLMEngine

@@ -77,6 +77,10 @@ class VLLMEngine:
             enable_sleep_mode=config.sleep,
             # a CPU has no CUDA graphs to capture; compiling takes minutes there for little gain
             enforce_eager=not cuda,
+            # a prompt's prefill split over scheduler steps rewinds its seeded sampler, which a
+            # CPU generator cannot do (vLLM 0.32 fails: "CPU Generator does not use offset"): on a
+            # CPU every prompt is prefilled whole
+            enable_chunked_prefill=None if cuda else False,
             # one engine per training process, each with all the weights, inside the launcher's processes
             distributed_executor_backend="external_launcher" if world > 1 else None,
             seed=rank,
