@@ -48,23 +48,28 @@ def subprocess_env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> str:
-    """A 2-layer Llama (random weights) saved with the embedded model's tokenizer."""
+def save_tiny_llama(folder, hidden_size: int = 32, num_attention_heads: int = 4, num_key_value_heads: int = 2) -> str:
+    """A 2-layer Llama (random weights, seed 0) of the given widths, saved in ``folder`` with the
+    embedded model's tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = models.load_tokenizer("smollm2")
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, max_position_embeddings=256,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
     )
-    folder = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """A 2-layer Llama (random weights) saved with the embedded model's tokenizer."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, free_port, subprocess_env
+from conftest import REPO, free_port, save_tiny_llama, subprocess_env
 from podsrl import models
 from podsrl.config import RolloutConfig
 from podsrl.evaluate import chat_prompt
@@ -282,22 +282,9 @@ def test_vllm_smoke_run(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_vllm_model_dir(tmp_path_factory) -> str:
-    """A 2-layer Llama (random weights) with 32-dimensional attention heads, the smallest vLLM's
-    CPU attention takes, saved with the embedded model's tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = models.load_tokenizer("smollm2")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
-    )
-    folder = tmp_path_factory.mktemp("tiny-llama-vllm")
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    """The tiny Llama with 32-dimensional attention heads, the smallest vLLM's CPU attention takes."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama-vllm"), hidden_size=64, num_attention_heads=2,
+                           num_key_value_heads=1)
 
 
 @needs_vllm

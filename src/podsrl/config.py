@@ -364,8 +364,8 @@ def config_changes(recorded: dict, c: Config, shorter: bool = True) -> list[str]
     its ``config.yaml``), as ``key: old -> new`` lines. A key the record lacks was added to podsrl
     since: it counts as its default. ``steps`` and ``time_budget_s`` may grow; they may shrink
     too unless ``shorter`` is false (a finished run reused as it is would then say more than asked)."""
-    new, old = _flat_keys(to_dict(c)), _flat_keys(to_dict(Config()))
-    old.update(_flat_keys(recorded))
+    new, old = flat_keys(to_dict(c)), flat_keys(to_dict(Config()))
+    old.update(flat_keys(recorded))
     changes = []
     for key, value in new.items():
         before = old.get(key)
@@ -377,11 +377,12 @@ def config_changes(recorded: dict, c: Config, shorter: bool = True) -> list[str]
     return changes
 
 
-def _flat_keys(d: dict, prefix: str = "") -> dict:
+def flat_keys(d: dict, prefix: str = "") -> dict:
+    """A nested dict as one level, keys dotted: ``{"model": {"lora_r": 8}}`` -> ``{"model.lora_r": 8}``."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):
-            out.update(_flat_keys(v, f"{prefix}{k}."))
+            out.update(flat_keys(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out

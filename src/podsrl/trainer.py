@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from podsrl import models, rundir, sharding
 from podsrl.advantages import group_advantages
 from podsrl.checkpoint import load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic
-from podsrl.config import Config, to_dict, to_yaml, trained_per_prompt
+from podsrl.config import Config, flat_keys, to_dict, to_yaml, trained_per_prompt
 from podsrl.downsample import select
 from podsrl.errors import PodsError
 from podsrl.evaluate import chat_prompt, evaluate
@@ -313,7 +313,7 @@ def _train(s: Setup, c: Config) -> Path:
             truncate_metrics(out / log_file, s.start_step)
     acc.wait_for_everyone()
     if c.report_to:
-        acc.init_trackers(rundir.TRACKER_FOLDER, config=_flat(to_dict(c)))
+        acc.init_trackers(rundir.TRACKER_FOLDER, config=_tracker_config(c))
     metrics_file = open(out / "metrics.jsonl", "a") if acc.is_main_process else None
     logging_completions = acc.is_main_process and c.log_completions
     s.completions_log = open(out / "completions.jsonl", "a") if logging_completions else None
@@ -460,14 +460,9 @@ def _mean_over_ranks(acc: Accelerator, values: dict[str, float]) -> dict[str, fl
     return dict(zip(values, (v / acc.num_processes for v in _sum_over_ranks(acc, list(values.values())))))
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v if isinstance(v, (int, float, str, bool)) else str(v)
-    return out
+def _tracker_config(c: Config) -> dict:
+    """The config as trackers take it: one level, values scalars (lists and None as text)."""
+    return {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat_keys(to_dict(c)).items()}
 
 
 def _jsonable(record: dict) -> dict:
