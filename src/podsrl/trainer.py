@@ -43,7 +43,7 @@ from podsrl.checkpoint import load_optimizer, load_weights, read_state, save_che
 from podsrl.config import Config, flat_keys, to_dict, to_yaml, trained_per_prompt
 from podsrl.downsample import select
 from podsrl.errors import PodsError
-from podsrl.evaluate import chat_prompt, evaluate
+from podsrl.evaluate import evaluate
 from podsrl.logprobs import completion_logprobs, lean_head
 from podsrl.loss import policy_loss
 from podsrl.memory import PeakMemory
