@@ -96,6 +96,19 @@ def test_loop_decoder_stops_rows_at_their_end(tiny_model_dir):
     assert 3 * sum(decode_steps) < 4 * int(lengths.sum()) < 4 * 32 * len(decode_steps)
 
 
+@pytest.mark.parametrize("decoder", ["loop", "generate", "static"])
+def test_decoders_pass_the_kv_cache_under_the_name_transformers_uses(tiny_model_dir, decoder):
+    """transformers renamed the cache argument; the old name warns on every forward call."""
+    import warnings
+
+    tok = models.load_tokenizer(tiny_model_dir)
+    engine = HFEngine(models.load_model(tiny_model_dir), tok, batch_size=8, decoder=decoder)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values.*")
+        out = engine.generate(["1 + 1 =", "a longer prompt than the first one"], 3, 1.0, 5, seeds=[1, 2])
+    assert out.completion_ids.shape[0] == 6
+
+
 def test_static_cache_decoder_matches_loop(tiny_model_dir):
     """generate with a static KV cache (compiled on a GPU) and padded prompts: the same rollouts."""
     tok = models.load_tokenizer(tiny_model_dir)

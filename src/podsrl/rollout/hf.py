@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 import torch.nn.functional as F
 from transformers import LogitsProcessor, LogitsProcessorList
@@ -26,6 +29,15 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     eos = model.generation_config.eos_token_id
     ids = [e for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
     return ids + [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids else ids
+
+
+@functools.cache
+def cache_kwarg() -> str:
+    """The name transformers gives a model's KV-cache argument and output: ``cache`` from the
+    release that renamed it (older names then warn on every call), ``past_key_values`` before."""
+    from transformers import LlamaForCausalLM
+
+    return "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
 
 
 M32 = 0xFFFFFFFF
@@ -186,7 +198,7 @@ class HFEngine:
         if not self.share_prompt_cache:
             ids, mask, n = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), 1
         out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=position_ids(mask)[:, :-1], use_cache=True)
-        cache = out.past_key_values
+        cache = getattr(out, cache_kwarg())
         if n > 1:
             if not hasattr(cache, "batch_repeat_interleave"):
                 return None
@@ -208,7 +220,7 @@ class HFEngine:
         steps = 0
         for t in range(max_new_tokens):
             logits = self.model(input_ids=current[:, None], attention_mask=attention, position_ids=positions[:, None],
-                                past_key_values=cache, use_cache=True).logits[:, -1]  # [B, V]
+                                use_cache=True, **{cache_kwarg(): cache}).logits[:, -1]  # [B, V]
             current = sample_rows(logits, seeds[running], t, temperature, self.top_p)
             tokens[running[~ended], t] = current[~ended]
             steps = t + 1
@@ -232,7 +244,7 @@ class HFEngine:
             sampler = RowSampler(seeds.tolist(), temperature, self.top_p, prompt_width=ids.shape[1])
             sampling = dict(do_sample=False, logits_processor=LogitsProcessorList([sampler]))
         out = self.model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, past_key_values=cache,
+            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, **{cache_kwarg(): cache},
             pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_ids, **sampling,
             **({"cache_implementation": cache_implementation} if cache_implementation else {}),
         )
