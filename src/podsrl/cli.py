@@ -169,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _quiet_logging() -> None:
+    import torch
+
+    if not torch.cuda.is_available():  # else deepspeed, where installed, warns on import that it found no GPU
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("transformers", "accelerate", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -320,8 +320,9 @@ def _train(s: Setup, c: Config) -> Path:
     s.eval_log = open(out / "eval_completions.jsonl", "a") if logging_completions else None
 
     if acc.is_main_process:
-        log.info("training %s (%s) on %d process(es), %s, %s, mixed precision %s; output in %s", c.model.name_or_path,
-                 c.mode, acc.num_processes, acc.device, acc.distributed_type.value, acc.mixed_precision, out)
+        parallel = "" if acc.distributed_type.value == "NO" else f" ({acc.distributed_type.value})"
+        log.info("training %s (%s) on %d process(es)%s, %s, mixed precision %s; output in %s", c.model.name_or_path,
+                 c.mode, acc.num_processes, parallel, acc.device, acc.mixed_precision, out)
     last_eval = None
     if s.start_step == 0:
         last_eval = _evaluate(s, c, step=0, metrics_file=metrics_file)
