@@ -72,6 +72,20 @@ def test_summary_hand_computed(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["grpo-ga"]["speedup_vs_grpo"] == pytest.approx(0.2)
 
 
+def test_sampler_statistics_per_step_and_the_zero_advantage_share():
+    from podsrl.compare import sampler_statistics
+
+    steps = [{"prompts_skipped": 2, "groups_filtered": 0, "dynamic_rounds": 1, "adaptive_rounds": 3,
+              "skipped_zero_advantage": 8, "trained_sequences": 32},
+             {"prompts_skipped": 0, "groups_filtered": 3, "dynamic_rounds": 2, "adaptive_rounds": 4,
+              "skipped_zero_advantage": 0, "trained_sequences": 16}]
+    assert sampler_statistics(steps) == {"prompts_skipped_per_step": 1.0, "groups_filtered_per_step": 1.5,
+                                         "dynamic_rounds_per_step": 1.5, "adaptive_rounds_per_step": 3.5,
+                                         "zero_advantage_fraction": 8 / 48}
+    old = sampler_statistics([{"generation_s": 1.0}])  # metrics written before the sampler's keys
+    assert set(old.values()) == {None}
+
+
 def curve(*points):
     return [{"train_seconds": t, "eval_accuracy": a} for t, a in points]
 

@@ -293,6 +293,7 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
                 "speedup_vs_grpo": speedup(grpo_time[s], t), "steps": steps[-1]["step"] if steps else 0,
                 "steps_to_grpo_peak": first_time_reaching([(e["step"], e["eval_accuracy"]) for e in evals], grpo_peak[s]),
                 "rollouts_per_step": _mean([r.get("rollouts_generated") for r in steps]),
+                **sampler_statistics(steps),
                 "train_seconds": steps[-1]["train_seconds"] if steps else 0.0,
                 "generation_s_per_step": _mean([r["generation_s"] for r in steps]),
                 "scoring_s_per_step": _mean([r.get("scoring_s") for r in steps]),
@@ -320,6 +321,7 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
             "steps_to_grpo_peak": steps_mean,
             "step_speedup_vs_grpo": speedup(grpo_steps, steps_mean),
             "rollouts_per_step": _mean([p["rollouts_per_step"] for p in per_seed]),
+            **{k: _mean([p[k] for p in per_seed]) for k in SAMPLER_STATISTICS},
             "seeds_reaching_grpo_peak": len(speedups),
             "fraction_of_seeds_reaching_grpo_peak": len(speedups) / len(per_seed) if per_seed else None,
             "generation_s_per_step": _mean([p["generation_s_per_step"] for p in per_seed]),
@@ -336,6 +338,21 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
             "per_seed": per_seed,
         }
     return summary
+
+
+SAMPLER_STATISTICS = ("prompts_skipped_per_step", "groups_filtered_per_step", "dynamic_rounds_per_step",
+                      "adaptive_rounds_per_step", "zero_advantage_fraction")
+
+
+def sampler_statistics(steps: list[dict]) -> dict:
+    """What the sampler did per step (means; None where the run's metrics predate the key), and
+    the share of the trained rollouts whose advantage was zero."""
+    stats = {f"{key}_per_step": _mean([r.get(key) for r in steps])
+             for key in ("prompts_skipped", "groups_filtered", "dynamic_rounds", "adaptive_rounds")}
+    zero = [(r["skipped_zero_advantage"], r["trained_sequences"]) for r in steps
+            if r.get("trained_sequences") and r.get("skipped_zero_advantage") is not None]
+    stats["zero_advantage_fraction"] = sum(z for z, _ in zero) / sum(n for _, n in zero) if zero else None
+    return stats
 
 
 def write_reports(out: Path, summary: dict) -> None:
@@ -356,10 +373,12 @@ def markdown_table(summary: dict) -> str:
         sp, ci = r["spread"], r.get("speedup_vs_grpo_ci95")
         speed = fmt(r["speedup_vs_grpo"], ".2f") + (f" [{fmt(ci[0], '.2f')}–{fmt(ci[1], '.2f')}]" if ci else "")
         per_seed = ", ".join(fmt(p["speedup_vs_grpo"], ".2f") for p in r["per_seed"])
+        steps = (f"{fmt(r['steps_to_grpo_peak'], '.0f')} ({fmt(r.get('step_speedup_vs_grpo'), '.2f')}x)"
+                 if r.get("steps_to_grpo_peak") is not None else "n/a")
         lines.append(
             f"| {m} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(sp['peak_accuracy_std'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
             f"{fmt(r['time_to_grpo_peak_s'], '.0f')} | {speed} | {per_seed} | {r['seeds_reaching_grpo_peak']}/{len(r['per_seed'])} | "
-            f"{fmt(r.get('steps_to_grpo_peak'), '.0f')} ({fmt(r.get('step_speedup_vs_grpo'), '.2f')}x) | {fmt(r.get('rollouts_per_step'), '.0f')} | "
+            f"{steps} | {fmt(r.get('rollouts_per_step'), '.0f')} | "
             f"{fmt(r.get('step_s'), '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['scoring_s_per_step'], '.2f')} | "
             f"{fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"
         )
