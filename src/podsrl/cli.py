@@ -169,11 +169,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _quiet_logging() -> None:
-    import torch
-
-    if not torch.cuda.is_available():  # else deepspeed, where installed, warns on import that it found no GPU
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # deepspeed, where installed, warns on every run without a GPU that it found none; its choice of
+    # accelerator (the CPU there, MPS or XPU where they are) stands
+    logging.getLogger("DeepSpeed").addFilter(lambda record: "unable to detect it" not in record.getMessage())
     for noisy in ("transformers", "accelerate", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from transformers.utils import logging as hf_logging
