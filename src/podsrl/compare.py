@@ -21,6 +21,7 @@ from pathlib import Path
 from podsrl.checkpoint import read_metrics
 from podsrl.config import load_config
 from podsrl.errors import PodsError, first_line
+from podsrl.sampling import COUNTS
 
 BUILTIN = {"grpo": lambda c: ["mode=grpo", f"n={c.m}"], "pods": lambda c: ["mode=pods"], "grpo-ga": lambda c: ["mode=grpo-ga"]}
 METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -340,15 +341,14 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
     return summary
 
 
-SAMPLER_STATISTICS = ("prompts_skipped_per_step", "groups_filtered_per_step", "dynamic_rounds_per_step",
-                      "adaptive_rounds_per_step", "zero_advantage_fraction")
+SAMPLER_COUNTS = tuple(key for key in COUNTS if key != "rollouts_generated")  # that one is rollouts_per_step
+SAMPLER_STATISTICS = (*(f"{key}_per_step" for key in SAMPLER_COUNTS), "zero_advantage_fraction")
 
 
 def sampler_statistics(steps: list[dict]) -> dict:
     """What the sampler did per step (means; None where the run's metrics predate the key), and
     the share of the trained rollouts whose advantage was zero."""
-    stats = {f"{key}_per_step": _mean([r.get(key) for r in steps])
-             for key in ("prompts_skipped", "groups_filtered", "dynamic_rounds", "adaptive_rounds")}
+    stats = {f"{key}_per_step": _mean([r.get(key) for r in steps]) for key in SAMPLER_COUNTS}
     zero = [(r["skipped_zero_advantage"], r["trained_sequences"]) for r in steps
             if r.get("trained_sequences") and r.get("skipped_zero_advantage") is not None]
     stats["zero_advantage_fraction"] = sum(z for z, _ in zero) / sum(n for _, n in zero) if zero else None
