@@ -1,5 +1,6 @@
 """Runs training (one process or under a launcher) and records, after every update, how far the
-ranks' parameters are apart, the step's loss and gradient norm. Used by test_distributed.py.
+ranks' parameters are apart, the step's loss and gradient norm, and how many rollouts it replayed
+(tests/replay.py). Used by test_distributed.py.
 
     python distributed_worker.py OUT.json key=value ...
 """
@@ -10,6 +11,7 @@ import sys
 import torch
 
 import podsrl.trainer as trainer
+import replay
 from podsrl.config import load_config
 
 
@@ -27,7 +29,11 @@ def main() -> None:
         return stats
 
     trainer.update = checked_update
+    replay.install(trainer)
     trainer.train(load_config(None, overrides))
+    replayed, own = (sum(getattr(e, k, 0) for e in replay.engines) for k in ("replayed", "own"))
+    for r in records:
+        r.update(replayed=replayed, own=own)  # this rank's rollouts over the run
     if int(__import__("os").environ.get("RANK", "0")) == 0:
         with open(out, "w") as f:
             json.dump(records, f)

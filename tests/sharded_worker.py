@@ -1,6 +1,6 @@
 """Runs training (under a launcher) and writes what each rank saw: how its parameters are held
 (sharded or whole), which log-prob path the update took, and each step's loss, gradient norm and
-micro-batch count. Used by test_sharded.py.
+micro-batch count, and how many rollouts it replayed (tests/replay.py). Used by test_sharded.py.
 
     python sharded_worker.py OUT_DIR key=value ...      (writes OUT_DIR/rank<R>.json)
 """
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import podsrl.trainer as trainer
+import replay
 from podsrl.config import load_config
 
 
@@ -46,7 +47,9 @@ def main() -> None:
         return real_logprobs(model, *args, **kwargs)
 
     trainer.setup, trainer.update, trainer.completion_logprobs = setup, update, completion_logprobs
+    replay.install(trainer)
     trainer.train(load_config(None, overrides))
+    record.update({k: sum(getattr(e, k, 0) for e in replay.engines) for k in ("replayed", "own")})
     record["logprob_heads"] = sorted(record["logprob_heads"])
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{os.environ.get('RANK', '0')}.json").write_text(json.dumps(record))

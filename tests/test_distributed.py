@@ -1,4 +1,6 @@
-"""Data parallelism on the CPU: two processes (gloo) under accelerate launch against one process."""
+"""Data parallelism on the CPU: two processes (gloo) under accelerate launch against one process,
+trained on the same rollouts (tests/replay.py): the one-process run records what it sampled, the
+two-process run samples too and trains on the recording."""
 
 import json
 import subprocess
@@ -15,24 +17,24 @@ WORKER = str(REPO / "tests" / "distributed_worker.py")
 def test_two_processes_match_one(tiny_model_dir, tmp_path):
     common = [f"model.name_or_path={tiny_model_dir}", "steps=3", "prompts_per_step=4", "n=4", "m=2",
               "task.test_size=6", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2",
-              "rewards=[rewards_for_tests:varied]", "loss_type=bnpo",
-              # a random model's next-token distribution is nearly uniform over 49k tokens, so a
-              # sampled token can flip on rounding noise between the runs' (equal to ~1e-7)
-              # weights; a cooler distribution keeps the comparison about the gradients
-              "rollout.temperature=0.5"]
+              "rewards=[rewards_for_tests:varied]", "loss_type=bnpo"]
     # both runs on the CPU (two processes on a one-GPU machine fall back to CPU ranks; the
     # one-process run must not train on the GPU, whose rounding differs from the CPU's); one thread
     # per process, so that the one-process run's kernels round as each rank's do (accelerate gives
     # each CPU rank one thread; Adam turns a rounding difference in a near-zero gradient into a
     # difference of up to lr in a weight)
+    rollouts = str(tmp_path / "rollouts")
     one = subprocess.run([sys.executable, WORKER, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
-                         env=cpu_env(), capture_output=True, text=True, timeout=600)
+                         env={**cpu_env(), "PODSRL_RECORD_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = launch("cpu_2proc.yaml", WORKER, str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}")
+    two = launch("cpu_2proc.yaml", WORKER, str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}",
+                 env={**cpu_env(), "PODSRL_REPLAY_ROLLOUTS": rollouts})
     assert two.returncode == 0, two.stderr[-3000:]
     a = json.loads((tmp_path / "one.json").read_text())
     b = json.loads((tmp_path / "two.json").read_text())
     assert [r["world"] for r in a] == [1, 1, 1] and [r["world"] for r in b] == [2, 2, 2]
+    # rank 0 trained (3 steps x 2 prompts x 4) and evaluated on recorded rollouts only
+    assert b[0]["replayed"] >= 3 * 2 * 4 and b[0]["own"] == 0
     for x, y in zip(a, b):
         assert y["rank_max_abs_diff"] == 0.0  # identical parameters on both ranks after every step
         assert abs(x["loss"] - y["loss"]) < 1e-5 and abs(x["grad_norm"] - y["grad_norm"]) < 1e-4 * max(1.0, x["grad_norm"])

@@ -1,4 +1,11 @@
-"""HF rollout engine: EOS masking, seeded rows, shapes."""
+"""HF rollout engine: EOS masking, seeded rows, shapes.
+
+Tests that compare rollouts drawn in batches of different shapes (a prompt alone or with others,
+rows dropped as they end, padded prompts) run the tiny model in float64: a sampled token flips
+where two batches' logits differ across a CDF boundary, and float32 kernels that block a matrix
+product by batch size round differently on some CPUs (enough, on a near-uniform random model, to
+flip tokens). In float64 two batches' logits differ by about 1e-16, so once cast to float32 for
+sampling they are the same numbers but in about one logit in 1e9."""
 
 import pytest
 import torch
@@ -6,6 +13,11 @@ import torch
 from podsrl import models
 from podsrl.rollout import hf
 from podsrl.rollout.hf import HFEngine, choose_decoder, mask_after_eos, row_seed_tensor, row_uniforms, sample_rows
+
+
+def exact_model(folder):
+    """The tiny model in float64: see the module's docstring."""
+    return models.load_model(folder).double()
 
 
 def test_mask_after_eos():
@@ -40,7 +52,7 @@ def test_row_draws_depend_only_on_seed_and_position_and_follow_the_distribution(
 
 def test_engine_shapes_and_seeded_groups(tiny_model_dir):
     tok = models.load_tokenizer(tiny_model_dir)
-    engine = HFEngine(models.load_model(tiny_model_dir), tok, batch_size=5)
+    engine = HFEngine(exact_model(tiny_model_dir), tok, batch_size=5)
     prompts = ["1 + 1 =", "a longer prompt than the first one"]
     out = engine.generate(prompts, 3, 1.0, 5, seeds=[7, 8])
     assert out.completion_ids.shape[0] == 6 and out.prompt_ids.shape[0] == 6 and len(out.texts) == 6
@@ -51,7 +63,7 @@ def test_engine_shapes_and_seeded_groups(tiny_model_dir):
 
 def test_shared_prompt_cache_gives_the_same_rollouts(tiny_model_dir):
     tok = models.load_tokenizer(tiny_model_dir)
-    model = models.load_model(tiny_model_dir)
+    model = exact_model(tiny_model_dir)
     prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
     shared = HFEngine(model, tok, batch_size=8, share_prompt_cache=True).generate(prompts, 4, 1.0, 6, seeds=[1, 2, 3])
     plain = HFEngine(model, tok, batch_size=8, share_prompt_cache=False).generate(prompts, 4, 1.0, 6, seeds=[1, 2, 3])
@@ -62,7 +74,7 @@ def test_shared_prompt_cache_gives_the_same_rollouts(tiny_model_dir):
 def test_loop_decoder_matches_generate(tiny_model_dir, share):
     """Dropping finished rows changes no token: the same rollouts as transformers' generate."""
     tok = models.load_tokenizer(tiny_model_dir)
-    model = models.load_model(tiny_model_dir)
+    model = exact_model(tiny_model_dir)
     prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
     kw = dict(batch_size=8, share_prompt_cache=share)
     loop = HFEngine(model, tok, decoder="loop", **kw).generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
@@ -112,7 +124,7 @@ def test_decoders_pass_the_kv_cache_under_the_name_transformers_uses(tiny_model_
 def test_static_cache_decoder_matches_loop(tiny_model_dir):
     """generate with a static KV cache (compiled on a GPU) and padded prompts: the same rollouts."""
     tok = models.load_tokenizer(tiny_model_dir)
-    model = models.load_model(tiny_model_dir)
+    model = exact_model(tiny_model_dir)
     prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
     loop = HFEngine(model, tok, batch_size=8).generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
     static = HFEngine(model, tok, batch_size=8, decoder="static").generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
@@ -142,7 +154,7 @@ def test_auto_decoder_choice_by_device_and_rows_per_call():
 
 def test_auto_decoder_on_a_cpu_gives_the_loop_decoders_rollouts(tiny_model_dir):
     tok = models.load_tokenizer(tiny_model_dir)
-    model = models.load_model(tiny_model_dir)
+    model = exact_model(tiny_model_dir)
     prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
     auto = HFEngine(model, tok, batch_size=8).generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])
     loop = HFEngine(model, tok, batch_size=8, decoder="loop").generate(prompts, 4, 1.0, 8, seeds=[1, 2, 3])

@@ -1,6 +1,9 @@
 """Sharded training on CPU processes: FSDP2 over two processes (gloo) against DDP of the same run,
 its checkpoint in a one-process eval and on resume, LoRA under FSDP, two machine ranks over
-loopback, and DeepSpeed ZeRO where it is installed."""
+loopback, and DeepSpeed ZeRO where it is installed. A sharded run is compared with DDP's on the
+same rollouts: DDP's run records what it sampled, the sharded runs sample too and train on the
+recording (tests/replay.py), so the comparison is about the update, not about whether sampling
+survives the rounding of another kernel or CPU."""
 
 import importlib.util
 import json
@@ -38,11 +41,14 @@ def _common(model_dir: str) -> list[str]:
     return [f"model.name_or_path={model_dir}", "prompts_per_step=4", "n=4", "m=2", "task.test_size=4",
             "rollout.max_new_tokens=5", "progress=false", "lr=1e-2", "rewards=[rewards_for_tests:varied]",
             "loss_type=bnpo", "beta=0.04",  # a KL term: a loss that is not 0 by construction on-policy
-            "rollout.temperature=0.5"]  # cooler: sampled tokens do not flip on rounding noise
+            "rollout.temperature=0.5"]
 
 
-def _run(config: str, out, *overrides: str, timeout: int = 600) -> list[dict]:
-    result = launch(config, WORKER, str(out / "ranks"), *overrides, f"output_dir={out / 'run'}", timeout=timeout)
+def _run(config: str, out, *overrides: str, timeout: int = 600, record=None, replay=None) -> list[dict]:
+    """The worker under ``config``; ``record``/``replay``: a folder of rollouts to write or train on."""
+    env = {**cpu_env(), **({"PODSRL_RECORD_ROLLOUTS": str(record)} if record else {}),
+           **({"PODSRL_REPLAY_ROLLOUTS": str(replay)} if replay else {})}
+    result = launch(config, WORKER, str(out / "ranks"), *overrides, f"output_dir={out / 'run'}", timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((out / "ranks" / f"rank{r}.json").read_text()) for r in range(2)]
 
@@ -51,7 +57,7 @@ def _run(config: str, out, *overrides: str, timeout: int = 600) -> list[dict]:
 def ddp_run(tiny_model_dir, tmp_path_factory):
     """Two steps under DDP: the unsharded reference."""
     out = tmp_path_factory.mktemp("ddp")
-    return out, _run("cpu_2proc.yaml", out, *_common(tiny_model_dir), "steps=2")
+    return out, _run("cpu_2proc.yaml", out, *_common(tiny_model_dir), "steps=2", record=out / "rollouts")
 
 
 def _sharded_runs(config: str, ddp_run, tiny_model_dir, root):
@@ -60,10 +66,11 @@ def _sharded_runs(config: str, ddp_run, tiny_model_dir, root):
     common = _common(tiny_model_dir)
     out = {name: root / name for name in ("sharded", "resumed", "straight")}
     out["ddp"] = ddp_run[0]
-    ranks = {"ddp": ddp_run[1], "sharded": _run(config, out["sharded"], *common, "steps=2")}
+    recorded = out["ddp"] / "rollouts"  # steps 1-2; step 3 is sampled by each run (the same shapes in both)
+    ranks = {"ddp": ddp_run[1], "sharded": _run(config, out["sharded"], *common, "steps=2", replay=recorded)}
     shutil.copytree(out["sharded"] / "run", out["resumed"] / "run")
-    ranks["resumed"] = _run(config, out["resumed"], *common, "steps=3", "resume=true")
-    ranks["straight"] = _run(config, out["straight"], *common, "steps=3")
+    ranks["resumed"] = _run(config, out["resumed"], *common, "steps=3", "resume=true", replay=recorded)
+    ranks["straight"] = _run(config, out["straight"], *common, "steps=3", replay=recorded)
     return out, ranks
 
 
@@ -99,6 +106,7 @@ def _matches_ddp(runs) -> None:
     out, ranks = runs
     ddp, sharded = ranks["ddp"][0]["steps"], ranks["sharded"][0]["steps"]
     assert [s["step"] for s in sharded] == [s["step"] for s in ddp] == [1, 2]
+    assert all(r["replayed"] > 0 and r["own"] == 0 for r in ranks["sharded"])  # DDP's rollouts only
     assert all(s["grad_norm"] > 0 for s in ddp)
     for a, b in zip(ddp, sharded):
         print(f"step {a['step']}: |dloss| {abs(a['loss'] - b['loss']):.3g}, "
@@ -191,7 +199,7 @@ def test_fsdp_ranks_with_uneven_work_stay_in_step(lora_run):
 def test_two_machine_ranks_over_loopback(runs, tiny_model_dir, tmp_path):
     """``--num_machines 2`` with machine ranks 0 and 1 on one host: the same training as the two
     processes of one machine, written by the main machine only."""
-    _, ranks = runs
+    out, ranks = runs
     port = str(free_port())
     machines = []
     for rank in (0, 1):
@@ -200,7 +208,8 @@ def test_two_machine_ranks_over_loopback(runs, tiny_model_dir, tmp_path):
         command = [sys.executable, "-m", "accelerate.commands.launch", *launcher_args, "--config_file",
                    str(REPO / "configs" / "accelerate" / "fsdp_cpu_2proc.yaml"), WORKER, str(tmp_path / "ranks"),
                    *_common(tiny_model_dir), "steps=2", f"output_dir={tmp_path / f'machine{rank}'}"]
-        machines.append(subprocess.Popen(command, env=cpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {**cpu_env(), "PODSRL_REPLAY_ROLLOUTS": str(out["ddp"] / "rollouts")}
+        machines.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for machine in machines:
         _, err = machine.communicate(timeout=600)
         assert machine.returncode == 0, err[-4000:]
@@ -278,13 +287,15 @@ def test_deepspeed_checkpoint_resumes_only_under_deepspeed(zero2_runs, tiny_mode
 
 def test_fsdp_with_adaptive_sampling_matches_ddp(tiny_model_dir, tmp_path):
     """Every sampling option on: generation in rounds (adaptive_n), whose count may differ between
-    ranks, runs on the gathered model, and the run is DDP's, sampled the same and trained within
+    ranks, runs on the gathered model, and, trained on DDP's rollouts, the run is DDP's within
     the tolerances (measured: |Δloss| 0, |Δgrad_norm|/grad_norm 2.4e-7 and 1.5e-7; two rounds in
     each step, no prompt skipped or group dropped in these two steps)."""
     options = ["adaptive_n=true", "adaptive_round=2", "prompt_filter=history", "dynamic_sampling=true", "n=8",
                "m=2", "steps=2"]
-    runs = {kind: _run(config, tmp_path / kind, *_common(tiny_model_dir), *options)
-            for kind, config in (("ddp", "cpu_2proc.yaml"), ("fsdp", "fsdp_cpu_2proc.yaml"))}
+    recorded = tmp_path / "rollouts"
+    runs = {"ddp": _run("cpu_2proc.yaml", tmp_path / "ddp", *_common(tiny_model_dir), *options, record=recorded),
+            "fsdp": _run("fsdp_cpu_2proc.yaml", tmp_path / "fsdp", *_common(tiny_model_dir), *options, replay=recorded)}
+    assert all(r["replayed"] > 0 and r["own"] == 0 for r in runs["fsdp"])
     assert runs["fsdp"][0]["dtensor_params"] == runs["fsdp"][0]["params"]
     metrics = {kind: [r for r in read_metrics(tmp_path / kind / "run" / "metrics.jsonl") if r["step"] > 0] for kind in runs}
     keys = ["rollouts_generated", "prompts_skipped", "groups_filtered", "dynamic_rounds", "adaptive_rounds",

@@ -290,23 +290,27 @@ def tiny_vllm_model_dir(tmp_path_factory) -> str:
 @needs_vllm
 def test_vllm_two_processes_match_one(tiny_vllm_model_dir, tmp_path):
     """Under accelerate launch each process runs its own vLLM engine (external_launcher) on its
-    share of the prompts; seeded per prompt, two processes train as one does."""
+    share of the prompts, and two processes train as one does on the same rollouts: the
+    one-process run records what vLLM sampled, the two-process run samples and trains on the
+    recording (tests/replay.py), so the test does not hang on the CPU's rounding."""
     worker = str(REPO / "tests" / "distributed_worker.py")
     common = [f"model.name_or_path={tiny_vllm_model_dir}", "steps=2", "prompts_per_step=4", "n=4", "m=2",
               "task.test_size=6", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2", "loss_type=bnpo",
-              "rewards=[rewards_for_tests:varied]", "rollout.temperature=0.5", "rollout.engine=vllm", "rollout.kv_cache_mb=16"]
+              "rewards=[rewards_for_tests:varied]", "rollout.engine=vllm", "rollout.kv_cache_mb=16"]
     env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    rollouts = str(tmp_path / "rollouts")
     one = subprocess.run([sys.executable, worker, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
-                         env=env, capture_output=True, text=True, timeout=600)
+                         env={**env, "PODSRL_RECORD_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
                           "--config_file", str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), worker,
                           str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}"],
-                         env=env, capture_output=True, text=True, timeout=600)
+                         env={**env, "PODSRL_REPLAY_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
     a = json.loads((tmp_path / "one.json").read_text())
     b = json.loads((tmp_path / "two.json").read_text())
     assert [r["world"] for r in a] == [1, 1] and [r["world"] for r in b] == [2, 2]
+    assert b[0]["replayed"] >= 2 * 2 * 4 and b[0]["own"] == 0  # rank 0's rollouts: all recorded ones
     for x, y in zip(a, b):
         assert y["rank_max_abs_diff"] == 0.0
         assert abs(x["loss"] - y["loss"]) < 1e-5 and abs(x["grad_norm"] - y["grad_norm"]) < 1e-4 * max(1.0, x["grad_norm"])
