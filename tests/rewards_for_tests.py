@@ -115,3 +115,49 @@ def constant_on_even(completions, completion_ids, question, **_):
     """1.0 for every completion of a question whose first operand is even (a group without signal),
     ``varied`` otherwise."""
     return [1.0 if int(q.split()[0]) % 2 == 0 else v for q, v in zip(question, varied(completions, completion_ids))]
+
+
+def busy(completions, **_):
+    """Computes (uses CPU) for about a second on "busy"; 1.0 otherwise."""
+    import time
+
+    if any("busy" in c for c in completions):
+        end = time.process_time() + 1.0
+        while time.process_time() < end:
+            pass
+    return [1.0] * len(completions)
+
+
+def waits(completions, **_):
+    """Waits 0.3 s of wall time using no CPU, as a starved worker or a slow service would; 1.0."""
+    import time
+
+    time.sleep(0.3)
+    return [1.0] * len(completions)
+
+
+def crashes_once(completions, flag, **_):
+    """Kills its own process the first time it is called for a completion (a file ``flag[0]`` +
+    the completion marks the call), then scores 1.0: a failure that a second try recovers."""
+    import os
+
+    path = f"{flag[0]}-{completions[0]}"
+    if not os.path.exists(path):
+        open(path, "w").close()
+        os._exit(1)
+    return [1.0]
+
+
+def threads(completions, **_):
+    """The OpenMP threads a reward worker runs: the environment's and torch's."""
+    import os
+
+    import torch
+
+    return [float(os.environ.get("OMP_NUM_THREADS", "0")) * 100 + torch.get_num_threads()] * len(completions)
+
+
+def always_crashes(completions, **_):
+    import os
+
+    os._exit(1)

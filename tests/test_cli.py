@@ -81,3 +81,37 @@ def test_smoke_config_on_the_embedded_model(tmp_path):
     report = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert 0.0 <= report["accuracy"] <= 1.0 and len(report["completions"]) == 3
     assert all(isinstance(s["completion"], str) and isinstance(s["correct"], bool) for s in report["completions"])
+
+
+def test_version_help_without_arguments_and_where_the_keys_are():
+    from podsrl import __version__
+
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"podsrl {__version__}"
+    alone = run()
+    assert alone.returncode == 0 and alone.stdout.startswith("usage: podsrl") and "train" in alone.stdout
+    train_help = run("train", "--help")
+    assert train_help.returncode == 0 and "podsrl config" in train_help.stdout
+
+
+@pytest.mark.parametrize("key,suggestion", [("lrr=3", "'lr'"), ("lora_r=4", "'model.lora_r'"),
+                                            ("rollout.temprature=1", "'rollout.temperature'")])
+def test_a_mistyped_key_names_the_closest_one(key, suggestion):
+    from podsrl.config import load_config
+    from podsrl.errors import PodsError
+
+    with pytest.raises(PodsError, match=f"did you mean {suggestion}"):
+        load_config(None, [key])
+
+
+def test_threads_sets_the_training_processs_threads(tiny_config):
+    import torch
+
+    from podsrl.trainer import train
+
+    before = torch.get_num_threads()
+    try:
+        train(tiny_config("threads=1", "steps=1"))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

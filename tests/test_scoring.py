@@ -11,9 +11,9 @@ from podsrl.rewards import REWARDS, load_reward
 from podsrl.rewards.scorer import Scorer
 
 
-def score(fns, weights, texts, n, workers=None, timeout=1.0, **columns):
+def score(fns, weights, texts, n, workers=None, timeout=1.0, wall_timeout=None, **columns):
     """Score ``texts`` (prompt-major, n per prompt) in two chunks, as an engine would hand them."""
-    scorer = Scorer(fns, weights, workers, timeout)
+    scorer = Scorer(fns, weights, workers, timeout, wall_timeout=wall_timeout or 2 * timeout)
     P = len(texts) // n
     step = scorer.start({"prompts": [f"p{i}" for i in range(P)], **columns}, n)
     half = (P // 2) * n
@@ -54,7 +54,42 @@ def test_a_hanging_or_crashing_completion_costs_only_itself(name):
     result = score(fn, [1.0], texts, n=4, timeout=0.5)
     good = 0.5 if name == "crashes" else 1.0
     assert result.rewards.flatten().tolist() == [good, 0.0, good, good, good, 0.0, good, good]
-    assert result.timeouts == 2
+    assert result.timeouts == 2 and result.retried == 2  # each scored twice before it counts
+
+
+def test_the_bound_is_the_scorings_cpu_time_not_the_wait_for_a_core():
+    """A reward that waits 0.3 s using no CPU (as a worker starved by a busy machine does) is not
+    cut by a 0.1 s bound; one that computes for a second is, CPU time being what the bound counts."""
+    waits = {"w": load_reward("rewards_for_tests:waits")}
+    result = score(waits, [1.0], ["a", "b"], n=2, timeout=0.1, wall_timeout=10.0)
+    assert result.rewards.tolist() == [[1.0, 1.0]] and result.timeouts == 0 and result.retried == 0
+    busy = {"b": load_reward("rewards_for_tests:busy")}
+    result = score(busy, [1.0], ["ok", "busy", "ok", "ok"], n=2, timeout=0.1, wall_timeout=10.0)
+    assert result.rewards.tolist() == [[1.0, 0.0], [1.0, 1.0]] and result.timeouts == 1 and result.retried == 1
+
+
+def test_a_failure_that_a_second_try_recovers_costs_nothing(tmp_path):
+    fn = {"c": load_reward("rewards_for_tests:crashes_once")}
+    result = score(fn, [1.0], ["a", "b", "c", "d"], n=2, flag=[str(tmp_path / "f"), str(tmp_path / "g")])
+    assert result.rewards.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert result.timeouts == 0 and result.retried == 4
+
+
+def test_reward_workers_run_one_openmp_thread():
+    result = score({"t": load_reward("rewards_for_tests:threads")}, [1.0], ["a", "b"], n=2)
+    assert result.rewards.tolist() == [[101.0, 101.0]]
+
+
+def test_failed_scoring_is_on_the_console_and_in_the_metrics(tiny_config, caplog):
+    from podsrl.trainer import train
+    import json
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="podsrl.trainer"):
+        out = train(tiny_config("rewards=[rewards_for_tests:always_crashes]", "steps=1"))
+    row = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()][-1]
+    assert row["reward_timeouts"] == 2 * 4 and row["reward_retries"] == 2 * 4  # 2 prompts x n = 4, each tried twice
+    assert any("step 1: 8 rollout(s) scored 0" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("name,message", [
@@ -76,7 +111,7 @@ def test_async_rewards(workers):
     result = score(fn, [1.0], ["a", "bb", "ccc", "dddd"], n=2, workers=workers)
     assert result.rewards.tolist() == [[1.0, 2.0], [3.0, 4.0]] and result.timeouts == 0
     if workers is None:  # bounded in the pool: a call that overruns scores 0
-        result = score(fn, [1.0], ["a", "hang", "ccc", "dddd"], n=2, timeout=0.3)
+        result = score(fn, [1.0], ["a", "hang", "ccc", "dddd"], n=2, timeout=0.3, wall_timeout=0.3)
         assert result.rewards.tolist() == [[1.0, 0.0], [3.0, 4.0]] and result.timeouts == 1
 
 

@@ -20,9 +20,14 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
+CONFIG_HELP = ("every key with its default: podsrl config (with a file and overrides: the merged result); "
+               "each key explained: docs/configuration.md")
+
+
 def _config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", help="YAML config file (default: the embedded CPU run)")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. n=32 model.lora_r=16")
+    parser.epilog = CONFIG_HELP
 
 
 def _split(args) -> tuple[str | None, list[str]]:
@@ -120,7 +125,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from podsrl import __version__
+
     parser = _Parser(prog="podsrl", description="RL with verifiable rewards and PODS down-sampling")
+    parser.add_argument("--version", action="version", version=f"podsrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, text in [
         ("train", cmd_train, "train a policy (no arguments: the embedded CPU default)"),
@@ -153,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # `podsrl` alone: what it can do
+        build_parser().print_help()
+        return 0
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # a usage error (one line, above) or --help

@@ -148,8 +148,13 @@ class Config:
     """Worker processes that score rollouts (math-verify, users' functions); default: the CPU
     cores this process may use; 0: score in the training process, without a time bound."""
     reward_timeout_s: float = 1.0
-    """Wall-time bound on one completion's scoring by one reward function; past it the
-    completion scores 0 and counts in the ``reward_timeouts`` metric."""
+    """Bound on one completion's scoring by one reward function, in CPU seconds of its worker
+    (the scoring itself, not the time a worker waits for a core on a busy machine). Past it, or
+    past ``reward_wall_timeout_s``, the completion is scored once more; past a bound again it
+    scores 0 and counts in the ``reward_timeouts`` metric (shown on the console and the bar)."""
+    reward_wall_timeout_s: float = 30.0
+    """Wall-time bound on one completion's scoring, from the moment a worker takes it: catches a
+    reward that waits rather than computes (a sleep, a lock, the network)."""
     reward_memory_mb: int = 0
     """Memory a reward worker may allocate beyond what it holds when it starts (0: no cap); a
     worker that exceeds it is replaced and the completion scores 0, counted like a timeout."""
@@ -211,6 +216,11 @@ class Config:
     ``eval_completions.jsonl`` (``podsrl eval`` prints them); 0: off."""
     progress: bool = True
     """Show a progress bar of the steps (main process only)."""
+    threads: int | None = None
+    """Threads of the training process's CPU kernels (torch's intra-op threads); default: torch's
+    own (one per core, or ``OMP_NUM_THREADS``). On a CPU shared with other work, 1 is often faster:
+    idle threads of a multi-threaded kernel wait at barriers for cores that are busy elsewhere.
+    Reward workers always run one."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model (:class:`ModelConfig`)."""
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -262,8 +272,19 @@ def _config_message(e: OmegaConfBaseException) -> str:
     key = getattr(e, "full_key", None)
     first = str(e).splitlines()[0]
     if "not in struct" in first or "Key '" in first and "not" in first:
-        return f"unknown config key {key!r}"
+        return f"unknown config key {key!r}{_did_you_mean(key)}"
     return f"bad config value for {key!r}: {first}" if key else f"bad config: {first}"
+
+
+def _did_you_mean(key: str | None) -> str:
+    """`` (did you mean 'lr'?)`` for the closest known key, where one is close."""
+    import difflib
+
+    known = list(flat_keys(to_dict(Config())))
+    close = difflib.get_close_matches(key or "", known, n=1, cutoff=0.6)
+    if not close and key and "." not in key:  # a nested key given without its section: 'lora_r'
+        close = [k for k in known if k.endswith("." + key)][:1]
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def validate(c: Config) -> None:
@@ -294,6 +315,8 @@ def validate(c: Config) -> None:
         load_reward(name)  # a registered name, or an importable module:function
     need(c.reward_workers is None or c.reward_workers >= 0, "reward_workers must be >= 0")
     need(c.reward_timeout_s > 0, "reward_timeout_s must be > 0")
+    need(c.threads is None or c.threads >= 1, f"threads must be >= 1, got {c.threads}")
+    need(c.reward_wall_timeout_s >= c.reward_timeout_s, "reward_wall_timeout_s must be >= reward_timeout_s")
     need(c.reward_memory_mb >= 0, f"reward_memory_mb must be >= 0 (0: no cap), got {c.reward_memory_mb}")
     need(c.lr > 0, f"lr must be > 0, got {c.lr}")
     need(c.weight_decay >= 0, f"weight_decay must be >= 0, got {c.weight_decay}")

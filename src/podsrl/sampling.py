@@ -78,7 +78,8 @@ class Groups(NamedTuple):
     rewards: torch.Tensor  # [P, max(sizes)], NaN past a group's size
     sizes: list[int]  # [P] rollouts of each group
     reward_means: dict[str, float]  # each reward function's mean over every rollout scored this step
-    timeouts: int  # scorings past the time or memory bound, scored 0
+    timeouts: int  # scorings past the time or memory bound twice, scored 0
+    retries: int  # scorings run a second time after the first passed a bound
     generation_s: float
     scoring_s: float  # scoring time not hidden behind generation
     counts: dict[str, int]  # :data:`COUNTS` of this process
@@ -116,7 +117,7 @@ class Sampler:
         c, rank = self.c, self.acc.process_index
         share = c.prompts_per_step // self.acc.num_processes
         counts = dict.fromkeys(COUNTS, 0)
-        totals = {"generation_s": 0.0, "scoring_s": 0.0, "timeouts": 0, "scores": {}}
+        totals = {"generation_s": 0.0, "scoring_s": 0.0, "timeouts": 0, "retries": 0, "scores": {}}
         kept, dropped, generated = [], [], []
         while True:
             batch = self._draw(step, counts)  # the same prompts on every process
@@ -205,6 +206,7 @@ class Sampler:
         result = scores.result()
         totals["scoring_s"] += result.seconds
         totals["timeouts"] += result.timeouts
+        totals["retries"] += result.retried
         for name, mean in result.means.items():
             total, count = totals["scores"].get(name, (0.0, 0))
             totals["scores"][name] = (total + mean * result.applicable[name], count + result.applicable[name])
@@ -220,7 +222,7 @@ class Sampler:
             rewards[p, : sizes[p]] = torch.tensor(g.rewards)
         rollouts = concat_rollouts([part for g in groups for part in g.parts], self.tokenizer.pad_token_id)
         means = {name: total / max(count, 1) for name, (total, count) in totals["scores"].items()}
-        return Groups([g.problem for g in groups], rollouts, rewards, sizes, means, totals["timeouts"],
+        return Groups([g.problem for g in groups], rollouts, rewards, sizes, means, totals["timeouts"], totals["retries"],
                       totals["generation_s"], totals["scoring_s"], counts)
 
 

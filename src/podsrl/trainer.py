@@ -114,6 +114,8 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     """Validate what the user gave (data, rewards) before touching output_dir; then hold the run
     folder (locked for this run) while the model loads."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
+    if c.threads:
+        torch.set_num_threads(c.threads)
     if accelerator is None:
         if c.mixed_precision == "fp16" and not torch.cuda.is_available():
             raise PodsError("mixed_precision=fp16 needs a CUDA GPU; use bf16 or no on this machine")
@@ -138,7 +140,8 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     with run.cleanup_on_failure():
         if run.resume_from is not None:
             rundir.check_same_config(output_dir, c, "resume=true would continue")
-        return _load(c, accelerator, task, Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s, c.reward_memory_mb), run)
+        return _load(c, accelerator, task, Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s, c.reward_memory_mb,
+                                             c.reward_wall_timeout_s), run)
 
 
 def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: rundir.RunFolder) -> Setup:
@@ -345,6 +348,7 @@ def _train(s: Setup, c: Config) -> Path:
 def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> None:
     acc = s.accelerator
     step = s.start_step
+    failed = 0  # rollouts whose scoring failed, this session
     while step < c.steps and not (c.time_budget_s and s.train_seconds >= c.time_budget_s):
         step += 1
         t0 = time.perf_counter()
@@ -366,7 +370,8 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
         record = {
             "step": step, "train_seconds": s.train_seconds,
             "generation_s": groups.generation_s, "scoring_s": groups.scoring_s, "selection_s": t3 - t2, "update_s": t4 - t3,
-            "reward_timeouts": int(_sum_over_ranks(acc, [float(groups.timeouts)])[0]),
+            **dict(zip(("reward_timeouts", "reward_retries"),
+                       map(int, _sum_over_ranks(acc, [float(groups.timeouts), float(groups.retries)])))),
             **_reward_stats(acc, groups.rewards, chosen.rewards),
             **{f"reward/{k}": v for k, v in _mean_over_ranks(acc, groups.reward_means).items()},
             "completion_length": float(groups.rollouts.completion_mask.sum(1).float().mean()),
@@ -385,9 +390,15 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             _log_completions(s.completions_log, c, step, groups, chosen)
         if c.report_to:
             acc.log({k: v for k, v in record.items() if isinstance(v, (int, float)) and v is not None}, step=step)
+        failed += record["reward_timeouts"]
+        if record["reward_timeouts"] and acc.is_main_process:
+            log.warning("step %d: %d rollout(s) scored 0: their scoring passed reward_timeout_s=%g CPU s or "
+                        "reward_wall_timeout_s=%g s twice, or its worker died", step, record["reward_timeouts"],
+                        c.reward_timeout_s, c.reward_wall_timeout_s)
         bar.update(1)
-        bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=f"{(last_eval or {}).get('eval_accuracy', float('nan')):.2f}",
-                        gen=f"{record['generation_s']:.1f}s", score=f"{record['scoring_s']:.2f}s", update=f"{record['update_s']:.1f}s")
+        bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=_last_accuracy(last_eval),
+                        gen=f"{record['generation_s']:.1f}s", score=f"{record['scoring_s']:.2f}s", update=f"{record['update_s']:.1f}s",
+                        **({"scored_0": failed} if failed else {}))
         if (c.save_every and step % c.save_every == 0) or step == c.steps:
             save_checkpoint(s, step)
 
@@ -397,6 +408,11 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             if acc.is_main_process:
                 metrics_file.write(json.dumps(_jsonable(record)) + "\n")
         save_checkpoint(s, step)
+
+
+def _last_accuracy(last_eval: dict | None) -> str:
+    """The last held-out accuracy and the step it was measured at, for the progress bar."""
+    return f"{last_eval['eval_accuracy']:.2f}@{last_eval['eval_step']}" if last_eval else "-"
 
 
 def _log_completions(file, c: Config, step: int, groups: Groups, chosen: Selected) -> None:

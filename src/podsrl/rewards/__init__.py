@@ -87,7 +87,8 @@ def _accuracy_slow(completion: str, gold: str) -> float:
 def accuracy_reward(completions: list[str], answer: list[str], **_) -> list[float]:
     """1.0 when the completion's final answer equals the gold ``answer``, else 0.0. Plain numbers
     are compared here; anything else goes to math-verify in the reward pool, where a completion
-    that takes longer than the pool's bound (``reward_timeout_s``) scores 0."""
+    whose grade passes the pool's bounds twice (``reward_timeout_s`` of CPU time,
+    ``reward_wall_timeout_s`` of wall time) scores 0."""
     return score_per_completion(accuracy_reward.per_completion, completions, answer=answer)
 
 

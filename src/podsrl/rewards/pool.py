@@ -1,14 +1,19 @@
-"""A pool of worker processes that bounds the wall time of every reward computation.
+"""A pool of worker processes that bounds every reward computation.
 
-A task that runs past ``timeout`` seconds has its worker killed (SIGTERM, which the workers do not
-handle, so C-level work such as sympy's big-integer arithmetic stops too) and replaced; a worker
-that crashes (a segfault, ``os._exit``) or runs out of its memory cap (``memory_mb`` of address
-space beyond what it holds at start) costs only its task. These come back as :data:`TIMED_OUT`.
-Whatever else a task raises, ``SystemExit`` included, comes back as a :class:`RewardFailure`.
-Workers are forked from the process that made the pool, after it has imported math-verify, and
-warm it up before taking a task, so no task pays for an import. (Forked, not spawned: a spawned
-worker would re-run the user's script, and a TRL script rarely has a ``__main__`` guard.) The pool
-is started on first use and lives until :func:`shutdown` (or the interpreter's exit).
+Each task has two bounds, both counted from the moment its worker starts it: ``timeout`` seconds
+of the worker's CPU time (a kernel timer, ``ITIMER_PROF``, whose signal ends the worker: it holds
+inside C code too, such as sympy's big-integer arithmetic, and it measures the scoring, not the
+time a starved worker waits for a core on a busy machine), and ``wall_timeout`` seconds of wall
+time (pebble stops the worker: a reward that waits rather than computes, on a sleep, a lock or
+the network). A worker that crashes (a segfault, ``os._exit``) or runs out of its memory cap
+(``memory_mb`` of address space beyond what it holds at start) costs only its task. These come
+back as :data:`TIMED_OUT`; the caller runs such a task once more (:meth:`RewardPool.again`)
+before it counts as failed. Whatever else a task raises, ``SystemExit`` included, comes back as a
+:class:`RewardFailure`. Workers are forked from the process that made the pool, after it has
+imported math-verify, warm it up before taking a task, so no task pays for an import, and run one
+OpenMP thread each. (Forked, not spawned: a spawned worker would re-run the user's script, and a
+TRL script rarely has a ``__main__`` guard.) The pool is started on first use and lives until
+:func:`shutdown` (or the interpreter's exit).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import re
 import resource
 import signal
+import sys
 import threading
 from typing import Any, Callable
 
@@ -35,7 +41,8 @@ log = logging.getLogger(__name__)
 TIMED_OUT = object()
 """The outcome of a task that ran past the time bound or whose worker died."""
 
-DEFAULT_TIMEOUT_S = 1.0
+DEFAULT_TIMEOUT_S = 1.0  # CPU seconds
+DEFAULT_WALL_TIMEOUT_S = 30.0
 # pebble stops an overrunning worker with SIGTERM and waits this long before SIGKILL; a worker
 # whose task ignores SIGTERM would otherwise hold its completion 3 s past the bound
 pebble.CONSTS.term_timeout = 0.05
@@ -52,7 +59,11 @@ def available_cores() -> int:
 
 def _worker_init(memory_mb: int = 0) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # die at once when killed, even inside C code
+    signal.signal(signal.SIGPROF, signal.SIG_DFL)  # the CPU-time bound: ends the worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
+    os.environ["OMP_NUM_THREADS"] = "1"  # a grade needs no thread pool, and a busy machine stalls one
+    if "torch" in sys.modules:  # inherited from the training process with its thread count
+        sys.modules["torch"].set_num_threads(1)
     verify_answer("1", "1")  # math-verify's first call builds its parsers: not on a task's clock
     if memory_mb:  # address space beyond what the warmed-up worker holds
         held = int(re.search(r"VmSize:\s+(\d+)", open("/proc/self/status").read()).group(1)) * 1024
@@ -71,32 +82,48 @@ class RewardFailure(Exception):
 OUT_OF_MEMORY_EXIT = 86  # a worker that ran out of its memory cap ends itself with this code
 
 
-def _guarded(fn: Callable, *args):
-    """In a worker: ``fn(*args)``. Running out of memory ends the worker (it is replaced, and the
-    task comes back TIMED_OUT); anything else raised comes back as a :class:`RewardFailure`."""
+def _guarded(cpu_s: float, fn: Callable, *args):
+    """In a worker: ``fn(*args)`` within ``cpu_s`` seconds of CPU time (past them the kernel's
+    SIGPROF ends the worker). Running out of memory ends the worker too (either way it is replaced
+    and the task comes back TIMED_OUT); anything else raised comes back as a :class:`RewardFailure`."""
+    signal.setitimer(signal.ITIMER_PROF, cpu_s)
     try:
         return fn(*args)
     except MemoryError:
         os._exit(OUT_OF_MEMORY_EXIT)
     except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt of the user's code too)
         raise RewardFailure(type(e).__name__, first_line(e)) from None
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 class RewardPool:
-    """``submit(fn, *args)`` runs ``fn(*args)`` in a worker, bounded by ``timeout`` seconds of
-    wall time from the moment a worker takes it; :meth:`outcome` gives its value or TIMED_OUT."""
+    """``submit(fn, *args)`` runs ``fn(*args)`` in a worker, bounded by ``timeout`` seconds of CPU
+    time and ``wall_timeout`` seconds of wall time from the moment a worker takes it;
+    :meth:`outcome` gives its value or TIMED_OUT, :meth:`again` runs a task once more."""
 
-    def __init__(self, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = 0):
+    def __init__(self, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = 0,
+                 wall_timeout: float = DEFAULT_WALL_TIMEOUT_S):
         self.workers = workers or available_cores()
-        self.timeout, self.memory_mb = timeout, memory_mb
+        self.timeout, self.memory_mb, self.wall_timeout = timeout, memory_mb, max(wall_timeout, timeout)
         import math_verify  # noqa: F401 (imported once here, inherited by every forked worker)
 
         self._pool = ProcessPool(max_workers=self.workers, initializer=_worker_init, initargs=(memory_mb,),
                                  context=multiprocessing.get_context("fork"))
 
-    def submit(self, fn: Callable, *args, timeout: float | None = None) -> concurrent.futures.Future:
-        """Run ``fn(*args)`` in a worker, bounded by ``timeout`` (default: the pool's)."""
-        return self._pool.schedule(_guarded, args=(fn, *args), timeout=timeout or self.timeout)
+    def submit(self, fn: Callable, *args, timeout: float | None = None,
+               wall_timeout: float | None = None) -> concurrent.futures.Future:
+        """Run ``fn(*args)`` in a worker, bounded by ``timeout`` CPU seconds and ``wall_timeout``
+        seconds (default: the pool's)."""
+        cpu, wall = timeout or self.timeout, wall_timeout or self.wall_timeout
+        future = self._pool.schedule(_guarded, args=(cpu, fn, *args), timeout=max(wall, cpu))
+        future.podsrl_task = (fn, args, timeout, wall_timeout)
+        return future
+
+    def again(self, future: concurrent.futures.Future) -> concurrent.futures.Future:
+        """The task of ``future`` (one that came back TIMED_OUT), submitted once more."""
+        fn, args, timeout, wall_timeout = future.podsrl_task
+        return self.submit(fn, *args, timeout=timeout, wall_timeout=wall_timeout)
 
     def outcome(self, future: concurrent.futures.Future, wait_s: float | None = None) -> Any:
         """The task's value, or TIMED_OUT; an exception raised by the task itself propagates.
@@ -115,17 +142,18 @@ class RewardPool:
 
 _lock = threading.Lock()
 _pool: RewardPool | None = None
-_settings: dict = {"workers": None, "timeout": DEFAULT_TIMEOUT_S, "memory_mb": 0}
+_settings: dict = {"workers": None, "timeout": DEFAULT_TIMEOUT_S, "memory_mb": 0, "wall_timeout": DEFAULT_WALL_TIMEOUT_S}
 
 
-def configure(workers: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = 0) -> None:
+def configure(workers: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, memory_mb: int = 0,
+              wall_timeout: float = DEFAULT_WALL_TIMEOUT_S) -> None:
     """Settings of the process-wide pool (``workers`` None: every available core; ``memory_mb``
     0: no cap); a running pool with other settings is replaced."""
     global _pool
     with _lock:
-        _settings.update(workers=workers, timeout=timeout, memory_mb=memory_mb)
+        _settings.update(workers=workers, timeout=timeout, memory_mb=memory_mb, wall_timeout=wall_timeout)
         if _pool is not None and (_pool.workers != (workers or available_cores()) or _pool.timeout != timeout
-                                  or _pool.memory_mb != memory_mb):
+                                  or _pool.memory_mb != memory_mb or _pool.wall_timeout != max(wall_timeout, timeout)):
             _pool.close()
             _pool = None
 
@@ -151,14 +179,18 @@ def shutdown() -> None:
 
 def bounded_map(fn: Callable, argument_tuples: list[tuple]) -> list:
     """``[fn(*args) for args in argument_tuples]`` on the process-wide pool, each call bounded;
-    a call past the bound gives TIMED_OUT."""
+    a call past its bound twice gives TIMED_OUT."""
     if not argument_tuples:
         return []
     pool = get_pool()
     futures = [pool.submit(fn, *args) for args in argument_tuples]
-    return [pool.outcome(f, wait_s=safety_wait(pool, len(futures))) for f in futures]
+    outcomes = [pool.outcome(f, wait_s=safety_wait(pool, len(futures))) for f in futures]
+    again = {i: pool.again(futures[i]) for i, o in enumerate(outcomes) if o is TIMED_OUT}
+    for i, future in again.items():
+        outcomes[i] = pool.outcome(future, wait_s=safety_wait(pool, len(again)))
+    return outcomes
 
 
 def safety_wait(pool: RewardPool, tasks: int) -> float:
     """How long to wait for a task at most: every queued task at the bound, and a margin."""
-    return pool.timeout * (tasks / pool.workers + 2) + 30.0
+    return pool.wall_timeout * (tasks / pool.workers + 2) + 30.0

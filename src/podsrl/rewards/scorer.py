@@ -6,11 +6,13 @@ decides what it can in-process at once (the built-ins' fast paths) and sends the
 reward pool, so that math-verify and users' functions run in worker processes while later
 batches are still being generated. ``result`` then waits for what is left.
 
-Every completion's evaluation by a reward function is bounded by ``timeout`` seconds of wall time;
-past it (or if its worker dies) it scores 0 and counts in ``timeouts``. A users' function is
-called once per completion there (its lists hold one element); an ``async def`` function is
-called once per completion too, all of a group's calls awaited concurrently. With ``workers=0``
-everything runs in the training process instead, unbounded, each function called once per batch.
+Every completion's evaluation by a reward function is bounded by ``timeout`` seconds of its
+worker's CPU time and ``wall_timeout`` seconds of wall time (see :mod:`podsrl.rewards.pool`);
+past either (or if its worker dies) it is scored once more, and past them again it scores 0 and
+counts in ``timeouts``. A users' function is called once per completion there (its lists hold one
+element); an ``async def`` function is called once per completion too, all of a group's calls
+awaited concurrently, each bounded by the wall time. With ``workers=0`` everything runs in the
+training process instead, unbounded, each function called once per batch.
 """
 
 from __future__ import annotations
@@ -32,17 +34,19 @@ class StepResult(NamedTuple):
     rewards: torch.Tensor  # [P, n] weighted sum of every reward function
     means: dict[str, float]  # each function's mean over the completions it applies to
     applicable: dict[str, int]  # how many completions each function applies to (not None)
-    timeouts: int  # evaluations that ran past the bound (or whose worker died): scored 0
+    timeouts: int  # evaluations past a bound (or whose worker died) twice: scored 0
+    retried: int  # evaluations scored a second time after the first ran past a bound
     seconds: float  # scoring time not hidden behind generation
 
 
 class Scorer:
     def __init__(self, fns: dict[str, RewardFn], weights: list[float], workers: int | None = None,
-                 timeout: float = reward_pool.DEFAULT_TIMEOUT_S, memory_mb: int = 0):
+                 timeout: float = reward_pool.DEFAULT_TIMEOUT_S, memory_mb: int = 0,
+                 wall_timeout: float = reward_pool.DEFAULT_WALL_TIMEOUT_S):
         self.fns, self.weights = fns, weights
         self.in_process = workers == 0
         if not self.in_process:
-            reward_pool.configure(workers, timeout, memory_mb)
+            reward_pool.configure(workers, timeout, memory_mb, wall_timeout)
 
     def start(self, columns: dict[str, list], n: int) -> StepScores:
         """``columns``: one value per prompt (``prompts``, ``answer``, ...), repeated n times."""
@@ -61,7 +65,7 @@ class StepScores:
         rows = len(next(iter(columns.values()))) * n
         self.values = {name: [None] * rows for name in scorer.fns}  # final values
         self.pending: list[tuple[str, list[int], str, object]] = []  # (function, rows, kind, future)
-        self.timeouts = 0
+        self.timeouts = self.retried = 0
         self.inline_s = 0.0
 
     def row_columns(self, row: int, completion_ids: list[int]) -> dict:
@@ -86,21 +90,23 @@ class StepScores:
                     else:
                         self.values[name][r] = value
             elif inspect.iscoroutinefunction(fn):
-                bound = reward_pool.get_pool().timeout
+                pool = reward_pool.get_pool()
                 for g in range(0, len(texts), self.n):  # one task per group, its calls concurrent
                     group = slice(g, g + self.n)
-                    self._submit(name, rows[group], "group", _call_async, fn, texts[group], columns[group], bound,
-                                 timeout=2 * bound + 1)
+                    self._submit(name, rows[group], "group", _call_async, fn, texts[group], columns[group],
+                                 pool.wall_timeout, timeout=self.n * pool.timeout, wall_timeout=pool.wall_timeout + 1)
             else:
                 for r, text, cols in zip(rows, texts, columns):
                     self._submit(name, [r], "call", _call_one, fn, text, cols)
         self.inline_s += time.perf_counter() - start
 
-    def _submit(self, name: str, rows: list[int], kind: str, fn, *args, timeout: float | None = None) -> None:
+    def _submit(self, name: str, rows: list[int], kind: str, fn, *args, timeout: float | None = None,
+                wall_timeout: float | None = None) -> None:
         """Schedule ``fn(*args)`` for ``rows``. It returns, by ``kind``: ``value``, the one row's
         value; ``call``, what the user's function returned for the one row (a list of one, to be
         checked); ``group``, a list of those, one per row."""
-        self.pending.append((name, rows, kind, reward_pool.get_pool().submit(fn, *args, timeout=timeout)))
+        future = reward_pool.get_pool().submit(fn, *args, timeout=timeout, wall_timeout=wall_timeout)
+        self.pending.append((name, rows, kind, future))
 
     def _in_process(self, name: str, fn: RewardFn, rows: list[int], texts: list[str], columns: list[dict]) -> None:
         batch = {k: [c[k] for c in columns] for k in columns[0]}
@@ -109,29 +115,20 @@ class StepScores:
             self.values[name][r] = v
 
     def result(self) -> StepResult:
-        """Wait for what is still being scored; the weighted ``[P, n]`` rewards."""
+        """Wait for what is still being scored (a task past a bound runs once more); the
+        weighted ``[P, n]`` rewards."""
         start = time.perf_counter()
         pool = reward_pool.get_pool() if self.pending else None
+        again = []
         for name, rows, kind, future in self.pending:
-            try:
-                outcome = pool.outcome(future, wait_s=reward_pool.safety_wait(pool, len(self.pending)))
-            except reward_pool.RewardFailure as e:  # the user's function raised: name it
-                self._cancel()
-                raise PodsError(f"reward {name!r} raised {e.kind}: {e.message}") from None
-            except Exception as e:  # noqa: BLE001 (its value could not come back: unpicklable, say)
-                self._cancel()
-                raise PodsError(f"reward {name!r} failed: {type(e).__name__}: {first_line(e)}") from None
+            outcome = self._outcome(pool, name, future)
             if outcome is reward_pool.TIMED_OUT:
-                outcome = [_TIMED_OUT_MARK] * len(rows)
-            elif kind != "group":
-                outcome = [outcome]
-            for r, v in zip(rows, outcome):
-                if isinstance(v, str) and v == _TIMED_OUT_MARK:
-                    self.timeouts += 1
-                    v = 0.0
-                elif kind != "value":
-                    v = _checked(name, v, 1)[0]
-                self.values[name][r] = v
+                again.append((name, rows, kind, pool.again(future)))
+                self.retried += len(rows)
+            else:
+                self._store(name, rows, kind, outcome)
+        for name, rows, kind, future in again:
+            self._store(name, rows, kind, self._outcome(pool, name, future))
         self.pending = []
         total = [0.0] * len(next(iter(self.values.values())))
         means, counts = {}, {}
@@ -141,7 +138,32 @@ class StepScores:
             means[name], counts[name] = sum(applicable) / max(len(applicable), 1), len(applicable)
             total = [t + w * (v or 0.0) for t, v in zip(total, values)]
         rewards = torch.tensor(total, dtype=torch.float32).view(-1, self.n)
-        return StepResult(rewards, means, counts, self.timeouts, self.inline_s + time.perf_counter() - start)
+        return StepResult(rewards, means, counts, self.timeouts, self.retried, self.inline_s + time.perf_counter() - start)
+
+    def _outcome(self, pool, name: str, future):
+        """A pending task's outcome (TIMED_OUT included); what the reward raised, as one line."""
+        try:
+            return pool.outcome(future, wait_s=reward_pool.safety_wait(pool, len(self.pending)))
+        except reward_pool.RewardFailure as e:  # the user's function raised: name it
+            self._cancel()
+            raise PodsError(f"reward {name!r} raised {e.kind}: {e.message}") from None
+        except Exception as e:  # noqa: BLE001 (its value could not come back: unpicklable, say)
+            self._cancel()
+            raise PodsError(f"reward {name!r} failed: {type(e).__name__}: {first_line(e)}") from None
+
+    def _store(self, name: str, rows: list[int], kind: str, outcome) -> None:
+        """The values of ``rows`` from their task's outcome; a timed-out evaluation scores 0."""
+        if outcome is reward_pool.TIMED_OUT:
+            outcome = [_TIMED_OUT_MARK] * len(rows)
+        elif kind != "group":
+            outcome = [outcome]
+        for r, v in zip(rows, outcome):
+            if isinstance(v, str) and v == _TIMED_OUT_MARK:
+                self.timeouts += 1
+                v = 0.0
+            elif kind != "value":
+                v = _checked(name, v, 1)[0]
+            self.values[name][r] = v
 
     def _cancel(self) -> None:
         for *_, future in self.pending:
