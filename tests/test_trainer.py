@@ -37,7 +37,7 @@ def test_each_mode_trains_and_logs(tiny_config, mode, trained, micro_batches):
             assert key in r
     assert steps[1]["train_seconds"] > steps[0]["train_seconds"] > 0
     assert "eval_accuracy" in steps[-1]
-    assert (out / "config.yaml").exists() and (out / "checkpoints" / "step-000002" / "optimizer.pt").exists()
+    assert (out / "config.yaml").exists() and (out / "checkpoints" / "step-000002" / "model").is_dir()
     assert not list((out / "checkpoints").glob(".tmp-*"))
 
 
@@ -82,7 +82,7 @@ def test_pods_with_m_equal_n_matches_grpo(tiny_config, tmp_path):
 
 def test_resume_continues_identically(tiny_config, tmp_path):
     straight = train(tiny_config("steps=4", f"output_dir={tmp_path / 'straight'}"))
-    part = train(tiny_config("steps=2", f"output_dir={tmp_path / 'resumed'}"))
+    part = train(tiny_config("steps=2", "save_optimizer=true", f"output_dir={tmp_path / 'resumed'}"))
     resumed = train(tiny_config("steps=4", "resume=true", f"output_dir={part}"))
     wa, wb = final_weights(straight), final_weights(resumed)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -176,3 +176,21 @@ def test_log_completions_writes_the_first_rollouts_and_survives_resume(tiny_conf
     assert steps == [1] * 6 + [2] * 6 + [3] * 6
     steps = [json.loads(l)["step"] for l in (resumed / "eval_completions.jsonl").read_text().splitlines()]
     assert steps == [0] * 4 + [2] * 4 + [3] * 4
+
+
+def test_checkpoints_keep_the_optimizer_state_only_where_a_resume_needs_it(tiny_config, tmp_path, caplog):
+    """A run that saves only at its end writes the model alone (Adam's moments are twice its
+    trained weights); save_every (or save_optimizer=true) keeps them. A run resumed from a
+    checkpoint without them starts a fresh optimizer and says so."""
+    import logging
+
+    final = train(tiny_config("steps=1", f"output_dir={tmp_path / 'final'}")) / "checkpoints" / "step-000001"
+    assert (final / "model").is_dir() and not (final / "optimizer.pt").exists()
+    assert json.loads((final / "trainer_state.json").read_text())["optimizer"] is False
+    for extra in ("save_every=1", "save_optimizer=true"):
+        kept = train(tiny_config("steps=1", extra, f"output_dir={tmp_path / extra[:6]}")) / "checkpoints" / "step-000001"
+        assert (kept / "optimizer.pt").exists()
+    with caplog.at_level(logging.WARNING, logger="podsrl.trainer"):
+        resumed = train(tiny_config("steps=2", "resume=true", f"output_dir={tmp_path / 'final'}"))
+    assert [r["step"] for r in read_metrics(resumed) if "loss" in r] == [1, 2]
+    assert any("holds no optimizer state" in r.getMessage() for r in caplog.records)

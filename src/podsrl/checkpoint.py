@@ -1,4 +1,5 @@
-"""Checkpoints: ``checkpoints/step-NNNNNN/{model/, optimizer.pt, trainer_state.json}``.
+"""Checkpoints: ``checkpoints/step-NNNNNN/{model/, optimizer.pt, trainer_state.json}``
+(``optimizer.pt`` where the run keeps its optimizer state: ``save_optimizer``).
 
 A checkpoint is written to a temporary folder and renamed into place, so it is complete or
 absent. ``model/`` is what ``save_pretrained`` writes (a LoRA adapter, or the full model) plus the
@@ -115,8 +116,9 @@ def load_weights(model, folder: Path, lora: bool) -> None:
         raise PodsError(f"checkpoint {folder} does not match the model")
 
 
-def save_checkpoint(s, step: int, keep: int = 1) -> None:
-    """Write the checkpoint of ``step`` for the run ``s`` (a trainer Setup); keep the last ``keep``.
+def save_checkpoint(s, step: int, keep: int = 1, with_optimizer: bool = True) -> None:
+    """Write the checkpoint of ``step`` for the run ``s`` (a trainer Setup), its optimizer state
+    where ``with_optimizer``; keep the last ``keep``.
     A write that fails (a full disk, say) leaves the previous checkpoint as it was and raises
     PodsError on every process."""
     acc = s.accelerator
@@ -132,7 +134,9 @@ def save_checkpoint(s, step: int, keep: int = 1) -> None:
     error = _on_every_rank(acc, error)
     state_dict = acc.get_state_dict(s.model)  # whole on the main process, also under FSDP
     optimizer = None
-    if sharding.is_deepspeed(acc):  # every rank writes its partition of the optimizer state
+    if not with_optimizer:
+        pass
+    elif sharding.is_deepspeed(acc):  # every rank writes its partition of the optimizer state
         if error is None:
             s.model.save_checkpoint(str(tmp / DEEPSPEED), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True)
     else:
@@ -145,7 +149,8 @@ def save_checkpoint(s, step: int, keep: int = 1) -> None:
             s.tokenizer.save_pretrained(tmp / "model")
             if optimizer is not None:
                 torch.save(optimizer, tmp / "optimizer.pt")
-            state = {"step": step, "train_seconds": s.train_seconds, "sampling": s.sampler.state_dict()}
+            state = {"step": step, "train_seconds": s.train_seconds, "sampling": s.sampler.state_dict(),
+                     "optimizer": with_optimizer}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)

@@ -198,6 +198,10 @@ class Config:
     """0: greedy pass@1."""
     save_every: int = 0
     """Checkpoint every K steps (0: only at the end)."""
+    save_optimizer: bool | None = None
+    """Keep the optimizer state (Adam's moments, twice the trained weights' size) in checkpoints,
+    so that ``resume=true`` continues exactly; default: where ``save_every`` > 0. A run resumed
+    from a checkpoint without it starts a fresh optimizer, and says so."""
     resume: bool = False
     """Continue from the latest checkpoint in output_dir. Refused where a setting that changes
     the result (:func:`config_changes`) differs from the run's ``config.yaml``."""
@@ -376,7 +380,7 @@ def _check_trackers(names: list[str]) -> None:
 
 
 NOT_RESULTS = frozenset({"output_dir", "resume", "allow_config_change", "progress", "report_to", "log_completions",
-                         "save_every"})
+                         "save_every", "save_optimizer", "threads"})
 """Settings that change where and how a run reports, not what it trains or measures."""
 EXTENT = frozenset({"steps", "time_budget_s"})
 """Settings that say where a run ends (0 means unbounded), not what each step does."""

@@ -46,6 +46,17 @@ def _cache_root() -> Path:
     return Path(os.environ.get("PODSRL_CACHE", Path.home() / ".cache" / "podsrl"))
 
 
+def _content_key(path: Path, size: int, edge: int = 2**20) -> str:
+    """A key of a large file's content: its size and its first and last MiB (a GGUF file's header
+    and metadata, its last tensors), hashed; read in milliseconds, the same for every copy."""
+    digest = hashlib.sha256(str(size).encode())
+    with path.open("rb") as f:
+        digest.update(f.read(edge))
+        f.seek(max(size - edge, 0))
+        digest.update(f.read(edge))
+    return digest.hexdigest()[:16]
+
+
 def _plain_from_gguf(gguf: Path) -> Path:
     """Folder of a plain (unquantised-marker) checkpoint converted from ``gguf``, made once."""
     try:
@@ -53,7 +64,7 @@ def _plain_from_gguf(gguf: Path) -> Path:
     except OSError as e:
         raise PodsError(f"GGUF file not found: {gguf}" if isinstance(e, FileNotFoundError) else
                         f"cannot read GGUF file {gguf}: {e.strerror}") from None
-    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = _content_key(gguf, stat.st_size)  # by content: the copies in several virtualenvs share one
     target = _cache_root() / "gguf" / f"{gguf.stem}-{key}"
     if (target / "config.json").exists():
         return target

@@ -177,7 +177,10 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
     state = {}
     if resume_from is not None:
         state = read_state(resume_from)
-        load_optimizer(accelerator, model, optimizer, resume_from, lr=c.lr, weight_decay=c.weight_decay)
+        if state.get("optimizer", True):
+            load_optimizer(accelerator, model, optimizer, resume_from, lr=c.lr, weight_decay=c.weight_decay)
+        elif accelerator.is_main_process:
+            log.warning("%s holds no optimizer state (save_optimizer): the optimizer starts afresh", resume_from)
         s.start_step, s.train_seconds = state["step"], state["train_seconds"]
     s.sampler = Sampler(c, task, s.engine, scorer, tokenizer, s.system_prompt, accelerator, state.get("sampling"),
                         s.start_step)
@@ -400,19 +403,24 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
                         gen=f"{record['generation_s']:.1f}s", score=f"{record['scoring_s']:.2f}s", update=f"{record['update_s']:.1f}s",
                         **({"scored_0": failed} if failed else {}))
         if (c.save_every and step % c.save_every == 0) or step == c.steps:
-            save_checkpoint(s, step)
+            save_checkpoint(s, step, with_optimizer=keeps_optimizer(c))
 
     if step < c.steps:  # stopped by the time budget: evaluate and save where it stopped
         if last_eval is None or last_eval.get("eval_step") != step:
             record = {"step": step, "train_seconds": s.train_seconds, **_evaluate(s, c, step, None)}
             if acc.is_main_process:
                 metrics_file.write(json.dumps(_jsonable(record)) + "\n")
-        save_checkpoint(s, step)
+        save_checkpoint(s, step, with_optimizer=keeps_optimizer(c))
 
 
 def _last_accuracy(last_eval: dict | None) -> str:
     """The last held-out accuracy and the step it was measured at, for the progress bar."""
     return f"{last_eval['eval_accuracy']:.2f}@{last_eval['eval_step']}" if last_eval else "-"
+
+
+def keeps_optimizer(c: Config) -> bool:
+    """Whether checkpoints hold the optimizer state: as set, else where the run saves periodically."""
+    return c.save_optimizer if c.save_optimizer is not None else c.save_every > 0
 
 
 def _log_completions(file, c: Config, step: int, groups: Groups, chosen: Selected) -> None:
