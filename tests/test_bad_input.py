@@ -15,6 +15,7 @@ import pytest
 from conftest import subprocess_env
 from podsrl import models, rundir
 from podsrl.cli import main
+from podsrl.config import load_config
 from podsrl.errors import PodsError
 from podsrl.rewards.scorer import Scorer
 
@@ -481,3 +482,61 @@ def test_a_torn_last_metrics_line_does_not_block_resume(capsys, tmp_path, tiny_o
         f.write('{"step": 2, "train_sec')  # killed while writing step 2's line
     assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")[0] == 0
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------- values as written
+
+
+@pytest.mark.parametrize("override,key,value", [
+    ("output_dir=010", "output_dir", "010"),  # YAML would read the octal 8
+    ("output_dir=007", "output_dir", "007"),
+    ("output_dir=1e3", "output_dir", "1e3"),
+    ("output_dir=on", "output_dir", "on"),
+    ("output_dir='010'", "output_dir", "010"),  # quoted: the same
+    ("output_dir=null", "output_dir", None),
+    ("task.system_prompt=yes", "task.system_prompt", "yes"),
+    ("task.system_prompt=", "task.system_prompt", ""),  # the shell's task.system_prompt=""
+    ("task.system_prompt=@x", "task.system_prompt", "@x"),  # not valid YAML: text all the same
+    ("task.operations=*", "task.operations", "*"),
+    ("mixed_precision=no", "mixed_precision", "no"),
+])
+def test_text_settings_are_taken_as_written(override, key, value):
+    from omegaconf import OmegaConf
+
+    from podsrl.config import to_dict
+
+    assert OmegaConf.select(OmegaConf.create(to_dict(load_config(None, [override]))), key) == value
+
+
+def test_text_settings_in_a_yaml_file_are_taken_as_written(tmp_path):
+    (tmp_path / "c.yaml").write_text("output_dir: 010\nmixed_precision: no\ntask:\n  system_prompt: yes\n  operations: '+-'\n")
+    c = load_config(str(tmp_path / "c.yaml"))
+    assert (c.output_dir, c.mixed_precision, c.task.system_prompt, c.task.operations) == ("010", "no", "yes", "+-")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["n=8", "n=4"], "n is given twice on the command line ('n=8' and 'n=4'); give it once"),
+    (["rewards=[accuracy"], "'rewards=[accuracy': not a valid value (did not find expected ',' or ']')"),
+    (["n=[1,"], "'n=[1,': not a valid value"),
+    (["rewards=accuracy"], "rewards must be a list, e.g. rewards=[a,b]"),
+])
+def test_overrides_refused_in_one_line(capsys, tmp_path, args, message):
+    code, err = cli(capsys, "config", *args)
+    assert_one_error(code, err, message)
+
+
+def test_a_yaml_file_holding_a_bare_string(capsys, tmp_path):
+    (tmp_path / "bare.yaml").write_text("hello\n")
+    code, err = cli(capsys, "config", str(tmp_path / "bare.yaml"))
+    assert_one_error(code, err, "bare.yaml: the top level must be a mapping of config keys, not the text 'hello'")
+
+
+def test_an_empty_system_prompt_is_not_replaced_by_the_tasks(tiny_config):
+    from podsrl.trainer import setup
+
+    s = setup(tiny_config("task.system_prompt="))
+    try:
+        assert s.system_prompt == ""
+    finally:
+        s.run.release(failed=True)
+        s.scorer.close()

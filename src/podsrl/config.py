@@ -7,9 +7,10 @@ The defaults are the embedded CPU run: SmolLM2-135M-Instruct learning single-dig
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Literal
+from types import UnionType
+from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -61,7 +62,7 @@ class TaskConfig:
     test_size: int = 200
     """Held-out problems evaluated; 0 = all."""
     system_prompt: str | None = None
-    """Replaces the task's system prompt."""
+    """Replaces the task's system prompt; an empty one is an empty system message."""
 
 
 @dataclass
@@ -220,19 +221,15 @@ class Config:
 
 
 def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
-    """Defaults, then the YAML file, then ``key=value`` overrides; unknown keys are errors."""
+    """Defaults, then the YAML file, then ``key=value`` overrides; unknown keys are errors. A
+    value of a text setting is taken as written (``output_dir=010`` is the folder ``010``, not 8)."""
     try:
         merged = OmegaConf.structured(Config)
         if path is not None:
             if not Path(path).is_file():
                 raise PodsError(f"config file not found: {path}")
             merged = OmegaConf.merge(merged, _read_yaml(path))
-        bad = [o for o in overrides if "=" not in o]
-        if bad:
-            raise PodsError(f"overrides must be key=value, got {bad[0]!r}")
-        # YAML reads a bare `no` as false; mixed_precision=no means the setting "no"
-        overrides = ["mixed_precision='no'" if o == "mixed_precision=no" else o for o in overrides]
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.merge(merged, _read_overrides(list(overrides)))
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise PodsError(_config_message(e)) from None
@@ -240,22 +237,100 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
     return config
 
 
+def _field_type(key: str):
+    """The declared type of a dotted config key; None for a key the schema lacks."""
+    hint, cls = None, Config
+    for part in key.split("."):
+        hints = get_type_hints(cls) if is_dataclass(cls) else {}
+        if part not in hints:
+            return None
+        hint = cls = hints[part]
+    return hint
+
+
+def _is_text(key: str) -> bool:
+    """Whether a key holds text (``str``, ``str | None``, or a choice among strings)."""
+    hint = _field_type(key)
+    if hint is None:
+        return False
+    kinds = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, UnionType) else [hint]
+    return all(k is str or (get_origin(k) is Literal and all(isinstance(v, str) for v in get_args(k))) for k in kinds)
+
+
+def _text_value(key: str, raw: str):
+    """A text setting's value as written: YAML's ``null`` where the key may be unset, a quoted
+    string unquoted; anything else verbatim (never YAML's reading: ``010``, ``1e3``, ``yes``)."""
+    import yaml
+
+    if raw in ("null", "~") and type(None) in get_args(_field_type(key)):
+        return None
+    if raw[:1] in "'\"" and raw[:1] and raw[-1:] == raw[:1] and len(raw) >= 2:
+        try:
+            quoted = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            quoted = None
+        if isinstance(quoted, str):
+            return quoted
+    return raw
+
+
+def _read_overrides(overrides: list[str]) -> DictConfig:
+    """``key=value`` overrides as a config: text settings as written, other values read as YAML."""
+    import yaml
+
+    given, config = {}, OmegaConf.create({})
+    for override in overrides:
+        key, eq, raw = override.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise PodsError(f"overrides must be key=value, got {override!r}")
+        if key in given:
+            raise PodsError(f"{key} is given twice on the command line ({given[key]!r} and {override!r}); give it once")
+        given[key] = override
+        if _is_text(key):
+            OmegaConf.update(config, key, _text_value(key, raw), force_add=True)
+            continue
+        try:
+            config = OmegaConf.merge(config, OmegaConf.from_dotlist([override]))
+        except yaml.YAMLError as e:
+            raise PodsError(f"{override!r}: not a valid value ({getattr(e, 'problem', None) or first_line(e)})") from None
+    return config
+
+
 def _read_yaml(path: str):
-    """The mapping a YAML config file holds; a syntax error names its line."""
+    """The mapping a YAML config file holds, text settings as written; a syntax error names its line."""
     import yaml
 
     try:
         loaded = OmegaConf.load(path)
+        root = yaml.compose(Path(path).read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else path
         raise PodsError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or first_line(e)})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise PodsError(f"cannot read config file {path}: {e}") from None
-    if not isinstance(loaded, DictConfig):
-        raise PodsError(f"{path}: the top level must be a mapping of config keys, not a list")
+    if root is None:
+        return OmegaConf.create({})
+    if not isinstance(root, yaml.MappingNode) or not isinstance(loaded, DictConfig):
+        kind = "a list" if isinstance(root, yaml.SequenceNode) else f"the text {first_line(ValueError(root.value))[:40]!r}"
+        raise PodsError(f"{path}: the top level must be a mapping of config keys, not {kind}")
+    for key, node in _plain_scalars(root):
+        if _is_text(key) and OmegaConf.select(loaded, key) is not None:
+            OmegaConf.update(loaded, key, _text_value(key, node.value), force_add=True)
     return loaded
 
+
+def _plain_scalars(node, prefix: str = ""):
+    """(dotted key, node) of every unquoted scalar under a YAML mapping node."""
+    import yaml
+
+    for k, v in node.value:
+        key = f"{prefix}{k.value}"
+        if isinstance(v, yaml.MappingNode):
+            yield from _plain_scalars(v, f"{key}.")
+        elif isinstance(v, yaml.ScalarNode) and v.style is None:
+            yield key, v
 
 
 def _config_message(e: OmegaConfBaseException) -> str:
@@ -263,6 +338,8 @@ def _config_message(e: OmegaConfBaseException) -> str:
     first = str(e).splitlines()[0]
     if "not in struct" in first or "Key '" in first and "not" in first:
         return f"unknown config key {key!r}"
+    if "is not a ListConfig" in first:
+        return f"{key} must be a list, e.g. {key}=[a,b]"
     return f"bad config value for {key!r}: {first}" if key else f"bad config: {first}"
 
 

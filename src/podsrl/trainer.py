@@ -168,7 +168,8 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
 
     # a sharded output layer is whole only inside the forward: full logits there
     head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharding.is_sharded(accelerator) else None
-    s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
+    s = Setup(accelerator, model, tokenizer, None, optimizer, task,
+              task.system_prompt if c.task.system_prompt is None else c.task.system_prompt,
               scorer, run, ref_model=ref_model, head=head)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     state = {}
