@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import subprocess_env
+from conftest import last_wins, subprocess_env
 from podsrl import models, rundir
 from podsrl.cli import main
 from podsrl.config import load_config
@@ -21,7 +21,7 @@ from podsrl.rewards.scorer import Scorer
 
 
 def cli(capsys, *args) -> tuple[int, str]:
-    code = main(list(args))
+    code = main(last_wins(args))
     return code, capsys.readouterr().err
 
 
@@ -145,7 +145,8 @@ def test_eval_on_an_empty_test_set_is_an_error(capsys, tmp_path, tiny_model_dir,
     (tmp_path / "empty.jsonl").write_text("\n")
     task = [t.format(empty=tmp_path / "empty.jsonl") for t in task]
     code, err = cli(capsys, "eval", f"model.name_or_path={tiny_model_dir}", *task)
-    assert_one_error(code, err, "empty.jsonl holds no problems" if len(task) == 2 else "has an empty test set")
+    assert_one_error(code, err, "empty.jsonl holds no problems" if len(task) == 2 else
+                     "task.test_size=0 means every problem of a test file; arithmetic generates its problems")
 
 
 # --------------------------------------------------------------------------- rewards
@@ -263,7 +264,7 @@ def start(*args, cwd: Path, **env) -> subprocess.Popen:
     env = {**subprocess_env(), **env}  # python -m podsrl, installed or not
     # Ctrl-C handled as at a terminal, even where the suite itself runs with SIGINT ignored (a
     # background job of a non-interactive shell), which the child would inherit
-    return subprocess.Popen([sys.executable, "-m", "podsrl", *args], cwd=cwd, env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "podsrl", *last_wins(args)], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -280,7 +281,7 @@ def wait_for_step(proc: subprocess.Popen, run: Path, step: int) -> None:
 
 def long_run(tiny_overrides, run: Path) -> list[str]:
     """A run that checkpoints only at its (far) end."""
-    return ["train", *tiny_overrides, f"output_dir={run}", "steps=100000", "n=2", "m=1", "task.test_size=2",
+    return ["train", *tiny_overrides, f"output_dir={run}", "steps=100000", "n=2", "m=2", "task.test_size=2",
             "rollout.max_new_tokens=2"]
 
 
@@ -305,7 +306,7 @@ def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrid
     done = max(int(p.name[5:]) for p in (run / "checkpoints").glob("step-*"))
     assert done >= 1 and not (run / rundir.LOCK).exists()
     assert not list((run / "checkpoints").glob(".tmp-*"))  # nor a checkpoint cut short
-    code = main([*long_run(tiny_overrides, run), f"steps={done + 1}", "save_every=1", "resume=true"])
+    code = main(last_wins([*long_run(tiny_overrides, run), f"steps={done + 1}", "save_every=1", "resume=true"]))
     assert code == 0, capsys.readouterr().err
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, *range(1, done + 2)]
 
@@ -321,7 +322,7 @@ def test_sigkill_before_the_first_checkpoint_then_rerun(tmp_path, tiny_overrides
     assert {p.name for p in run.iterdir()} <= rundir.OWN and (run / rundir.LOCK).exists()
     shutil.copytree(run, tmp_path / "copy")
     for folder, extra in [(run, []), (tmp_path / "copy", ["resume=true"])]:
-        code = main(["train", *tiny_overrides, f"output_dir={folder}", *extra])
+        code = main(last_wins(["train", *tiny_overrides, f"output_dir={folder}", *extra]))
         assert code == 0, capsys.readouterr().err
         assert [json.loads(l)["step"] for l in (folder / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
         assert (folder / "checkpoints" / "step-000002").is_dir() and not (folder / rundir.LOCK).exists()
@@ -366,6 +367,10 @@ def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, ca
     ("rewards=[nope]", "unknown reward 'nope'"),
     ("reward_memory_mb=-1", "reward_memory_mb must be >= 0"),
     ("epsilon_low=1.5", "epsilon_low must be in [0, 1)"),
+    ("m=1", "mode=pods needs m >= 2, got m=1"),
+    ("n=1", "n must be >= 2, got 1"),
+    ("rewards=[accuracy,accuracy,format]", "rewards names 'accuracy' twice; name it once, with the sum of its weights"),
+    ("task.test_size=0", "task.test_size=0 means every problem of a test file; arithmetic generates its problems"),
 ])
 @pytest.mark.parametrize("command", ["config", "train"])
 def test_nonsense_values_are_refused_at_config_time(capsys, tmp_path, override, message, command):
@@ -521,7 +526,7 @@ def test_text_settings_in_a_yaml_file_are_taken_as_written(tmp_path):
     (["rewards=accuracy"], "rewards must be a list, e.g. rewards=[a,b]"),
 ])
 def test_overrides_refused_in_one_line(capsys, tmp_path, args, message):
-    code, err = cli(capsys, "config", *args)
+    code, err = main(["config", *args]), capsys.readouterr().err
     assert_one_error(code, err, message)
 
 
@@ -540,3 +545,42 @@ def test_an_empty_system_prompt_is_not_replaced_by_the_tasks(tiny_config):
     finally:
         s.run.release(failed=True)
         s.scorer.close()
+
+
+def test_a_reward_past_float32s_range_is_refused():
+    """1e39 is finite in Python and inf in the float32 reward matrix (GRPO's weights turned NaN)."""
+    with pytest.raises(PodsError, match=r"reward 'r' returned 1e\+39, beyond what rewards hold \(float32"):
+        score({"r": lambda completions, **_: [1e39, 0.0]}, [1.0], ["a", "b"])
+    with pytest.raises(PodsError, match=r"a weighted sum of rewards is 4e\+38, beyond what rewards hold"):
+        score({"r": lambda completions, **_: [2e38, 0.0], "s": lambda completions, **_: [1.0, 0.0]}, [1.0, 2e38], ["a", "b"])
+    assert score({"r": lambda completions, **_: [3e38, 0.0]}, [1.0], ["a", "b"])[0] == [pytest.approx(3e38), 0.0]
+
+
+def test_a_test_size_beyond_the_test_file_is_refused(tmp_path):
+    from podsrl.tasks import load_task
+
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"problem": f"{i} + 1", "answer": str(i + 1)}) + "\n"
+                                                 for i in range(3)))
+    assert len(load_task("math500", path=str(tmp_path / "test.jsonl"), test_size=3).test) == 3
+    with pytest.raises(PodsError, match="task.test_size=4 but .*test.jsonl holds 3 test problems; give at most that many, or 0"):
+        load_task("math500", path=str(tmp_path / "test.jsonl"), test_size=4)
+
+
+def test_training_on_the_held_out_problems_is_said(tmp_path, tiny_config, caplog):
+    from podsrl.tasks import load_task
+    from podsrl.trainer import setup
+
+    rows = "".join(json.dumps({"question": f"{i} + 1 =", "answer": f"#### {i + 1}"}) + "\n" for i in range(4))
+    (tmp_path / "data").mkdir()
+    for name in ("one.jsonl", "data/train.jsonl", "data/test.jsonl"):
+        (tmp_path / name).write_text(rows)
+    assert load_task("gsm8k", path=str(tmp_path / "one.jsonl")).trains_on_test
+    assert not load_task("gsm8k", path=str(tmp_path / "data")).trains_on_test
+    math = lambda **k: load_task("math500", path=str(tmp_path / "m.jsonl"), **k).trains_on_test
+    for name in ("m.jsonl", "m-train.jsonl"):
+        (tmp_path / name).write_text(rows.replace('"question"', '"problem"'))
+    assert math() and math(train_path=str(tmp_path / "m.jsonl")) and not math(train_path=str(tmp_path / "m-train.jsonl"))
+    s = setup(tiny_config("task.name=gsm8k", f"task.path={tmp_path / 'one.jsonl'}"))
+    s.run.release(failed=True)
+    s.scorer.close()
+    assert "task gsm8k trains on its held-out problems (task.path is one file)" in caplog.text

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, last_wins
 from podsrl.compare import bootstrap_speedup, parse_methods, summarise, write_reports
 from podsrl.config import load_config
 from podsrl.errors import PodsError
@@ -225,7 +225,7 @@ def test_a_peak_at_the_first_evaluation_is_reached_at_time_zero(tmp_path):
 def cli(capsys, *args):
     from podsrl.cli import main
 
-    code = main(list(args))
+    code = main(last_wins(args))
     return code, capsys.readouterr()
 
 

@@ -26,10 +26,15 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _split(args) -> tuple[str | None, list[str]]:
-    """``podsrl train n=8`` has no config file: a first positional with '=' is an override."""
-    if getattr(args, "config", None) and "=" in args.config and not os.path.exists(args.config):
-        return None, [args.config, *args.overrides]
-    return args.config, list(args.overrides)
+    """``podsrl train n=8`` has no config file: a first positional with '=' is an override. A key
+    given twice is refused."""
+    from podsrl.config import check_given_once
+
+    config, overrides = args.config, list(args.overrides)
+    if config and "=" in config and not os.path.exists(config):
+        config, overrides = None, [config, *overrides]
+    check_given_once(overrides)
+    return config, overrides
 
 
 def cmd_train(args) -> int:
@@ -53,8 +58,6 @@ def cmd_eval(args) -> int:
 
     c = load_config(*_split(args))
     task = task_from_config(c.task, c.seed)
-    if not task.test:
-        raise PodsError(f"task {c.task.name} has an empty test set (task.test_size={c.task.test_size}): nothing to evaluate")
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
     engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout)

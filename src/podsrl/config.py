@@ -60,7 +60,8 @@ class TaskConfig:
     operations: str = "+"
     """arithmetic: operators drawn from ``+-*``."""
     test_size: int = 200
-    """Held-out problems evaluated; 0 = all."""
+    """Held-out problems evaluated (at most those the test file holds); 0 = all of gsm8k's or
+    math500's (arithmetic needs a number)."""
     system_prompt: str | None = None
     """Replaces the task's system prompt; an empty one is an empty system message."""
 
@@ -117,9 +118,9 @@ class Config:
     prompts_per_step: int = 4
     """Prompts per optimizer step (over all processes; it must divide evenly among them)."""
     n: int = 16
-    """Rollouts generated per prompt."""
+    """Rollouts generated per prompt (>= 2)."""
     m: int = 4
-    """Rollouts per prompt in the update (pods), or per micro-batch (grpo-ga); unused by grpo."""
+    """Rollouts per prompt in the update (pods, >= 2), or per micro-batch (grpo-ga); unused by grpo."""
     rule: str = "max_variance"
     """Down-sampling rule (podsrl.downsample.RULES)."""
     adaptive_n: bool = False
@@ -221,8 +222,9 @@ class Config:
 
 
 def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
-    """Defaults, then the YAML file, then ``key=value`` overrides; unknown keys are errors. A
-    value of a text setting is taken as written (``output_dir=010`` is the folder ``010``, not 8)."""
+    """Defaults, then the YAML file, then ``key=value`` overrides (a later one of a key wins);
+    unknown keys are errors. A value of a text setting is taken as written (``output_dir=010`` is
+    the folder ``010``, not 8)."""
     try:
         merged = OmegaConf.structured(Config)
         if path is not None:
@@ -235,6 +237,16 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
         raise PodsError(_config_message(e)) from None
     validate(config)
     return config
+
+
+def check_given_once(overrides: list[str]) -> None:
+    """Refuse a user's overrides that set a key twice (``n=8 n=4``): which one was meant?"""
+    given = {}
+    for override in overrides:
+        key = override.partition("=")[0].strip()
+        if key in given:
+            raise PodsError(f"{key} is given twice on the command line ({given[key]!r} and {override!r}); give it once")
+        given[key] = override
 
 
 def _field_type(key: str):
@@ -278,15 +290,12 @@ def _read_overrides(overrides: list[str]) -> DictConfig:
     """``key=value`` overrides as a config: text settings as written, other values read as YAML."""
     import yaml
 
-    given, config = {}, OmegaConf.create({})
+    config = OmegaConf.create({})
     for override in overrides:
         key, eq, raw = override.partition("=")
         key = key.strip()
         if not eq or not key:
             raise PodsError(f"overrides must be key=value, got {override!r}")
-        if key in given:
-            raise PodsError(f"{key} is given twice on the command line ({given[key]!r} and {override!r}); give it once")
-        given[key] = override
         if _is_text(key):
             OmegaConf.update(config, key, _text_value(key, raw), force_add=True)
             continue
@@ -355,9 +364,12 @@ def validate(c: Config) -> None:
 
     for key, value in _numbers(to_dict(c)):
         need(math.isfinite(value), f"{key} must be a finite number, got {value}")
-    need(c.n >= 1 and c.prompts_per_step >= 1, "n and prompts_per_step must be >= 1")
+    need(c.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {c.prompts_per_step}")
+    need(c.n >= 2, f"n must be >= 2, got {c.n}: advantages compare a prompt's rollouts, and a group of one has none")
     need(c.steps >= 1, f"steps must be >= 1, got {c.steps}; podsrl eval evaluates a model without training")
     need(1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
+    need(c.m >= 2 or c.mode != "pods",
+         f"mode=pods needs m >= 2, got m={c.m}: the m trained rollouts of a prompt are its group, and a group of one has advantage 0")
     need(c.rule in RULES, f"unknown rule {c.rule!r}; known: {', '.join(sorted(RULES))}")
     need(not c.adaptive_n or c.mode == "pods",
          f"adaptive_n needs mode=pods (it stops a prompt once its m trained rewards are settled); mode={c.mode} trains all n")
@@ -366,6 +378,8 @@ def validate(c: Config) -> None:
     need(0 < c.prompt_filter_target < 1, f"prompt_filter_target must be in (0, 1), got {c.prompt_filter_target}")
     need(c.dynamic_sampling_rounds >= 1, f"dynamic_sampling_rounds must be >= 1, got {c.dynamic_sampling_rounds}")
     need(len(c.rewards) >= 1, "rewards must name at least one reward function")
+    twice = [name for i, name in enumerate(c.rewards) if name in c.rewards[:i]]
+    need(not twice, f"rewards names {twice[0]!r} twice; name it once, with the sum of its weights" if twice else "")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
     for name in c.rewards:
         load_reward(name)  # a registered name, or an importable module:function
@@ -401,6 +415,8 @@ def validate(c: Config) -> None:
     need(bool(t.operations) and not set(t.operations) - set("+-*"),
          f"task.operations must be drawn from '+-*', got {t.operations!r}")
     need(t.test_size >= 0, f"task.test_size must be >= 0 (0: all), got {t.test_size}")
+    need(t.test_size >= 1 or t.name != "arithmetic",
+         "task.test_size=0 means every problem of a test file; arithmetic generates its problems: give a number >= 1")
     _check_trackers(c.report_to)
 
 

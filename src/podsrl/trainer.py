@@ -133,6 +133,9 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
     check_engine(c.rollout.engine, c.rollout)
     task = task_from_config(c.task, c.seed)
+    if task.trains_on_test and accelerator.is_main_process:
+        log.warning("task %s trains on its held-out problems (%s): held-out accuracy measures them after training "
+                    "on them", c.task.name, "task.path is one file" if c.task.name == "gsm8k" else "no task.train_path")
     reward_fns = {name: load_reward(name) for name in c.rewards}
     run = rundir.claim(output_dir, c.resume, accelerator)
     with run.cleanup_on_failure():
