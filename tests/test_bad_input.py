@@ -285,15 +285,31 @@ def long_run(tiny_overrides, run: Path) -> list[str]:
             "rollout.max_new_tokens=2"]
 
 
-def test_ctrl_c_before_the_first_checkpoint(tmp_path, tiny_overrides):
+def test_ctrl_c_before_the_first_step_finished(tmp_path, tiny_overrides):
     run = tmp_path / "run"
-    proc = start(*long_run(tiny_overrides, run), cwd=tmp_path)
-    wait_for_step(proc, run, 1)
+    proc = start(*long_run(tiny_overrides, run), "rewards=[rewards_for_tests:gated]", "reward_workers=0", cwd=tmp_path,
+                 PODSRL_TEST_GATE=str(tmp_path / "gate"))  # held at step 1's scoring
+    wait_for_step(proc, run, 0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "podsrl: interrupted" and "Traceback" not in err
-    assert not run.exists()  # no checkpoint yet: the run removed the folder it made
+    assert not run.exists()  # nothing trained yet: the run removed the folder it made
+
+
+def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, tiny_overrides, capsys):
+    run = tmp_path / "run"
+    proc = start(*long_run(tiny_overrides, run), cwd=tmp_path)
+    wait_for_step(proc, run, 2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[:3] == [0, 1, 2] and steps == list(range(len(steps)))
+    assert err.strip().splitlines()[-1] == (f"podsrl: interrupted; {run} keeps the metrics of steps 1-{steps[-1]} and no "
+                                            "checkpoint (save_every saves one): a rerun starts it again")
+    assert (run / rundir.LOCK).exists() and not (run / "checkpoints").exists()
+    assert main(last_wins([*long_run(tiny_overrides, run), "steps=1"])) == 0, capsys.readouterr().err  # starts again
 
 
 def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrides, capsys):
@@ -305,6 +321,8 @@ def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrid
     assert proc.returncode == 130 and "Traceback" not in err, err
     done = max(int(p.name[5:]) for p in (run / "checkpoints").glob("step-*"))
     assert done >= 1 and not (run / rundir.LOCK).exists()
+    assert err.strip().splitlines()[-1] == (f"podsrl: interrupted; {run} keeps its metrics and the checkpoint of step "
+                                            f"{done} (resume=true continues from it)")
     assert not list((run / "checkpoints").glob(".tmp-*"))  # nor a checkpoint cut short
     code = main(last_wins([*long_run(tiny_overrides, run), f"steps={done + 1}", "save_every=1", "resume=true"]))
     assert code == 0, capsys.readouterr().err
@@ -438,6 +456,23 @@ def test_a_full_disk_while_checkpointing(capsys, tmp_path, tiny_overrides, monke
         [p for p in before if p != "metrics.jsonl"]
     monkeypatch.undo()
     assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")[0] == 0
+
+
+def test_a_first_checkpoint_that_cannot_be_written_keeps_the_metrics(capsys, tmp_path, tiny_overrides, monkeypatch):
+    """safetensors reports a full disk as its own SafetensorError; the run's metrics stay."""
+    from safetensors import SafetensorError
+    from transformers import PreTrainedModel
+
+    def full_disk(*a, **k):
+        raise SafetensorError("Error while serializing: IoError(No space left on device (os error 28))")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    run = tmp_path / "run"
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=1")
+    assert_one_error(code, err, f"cannot write the checkpoint of step 1 to {run / 'checkpoints'}: Error while serializing: "
+                     f"IoError(No space left on device (os error 28)); {run} keeps the metrics of steps 1-1 and no checkpoint")
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert not list((run / "checkpoints").iterdir())
 
 
 # --------------------------------------------------------------------------- resume under another config

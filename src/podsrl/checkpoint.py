@@ -149,7 +149,7 @@ def save_checkpoint(s, step: int, keep: int = 1) -> None:
             (tmp / "trainer_state.json").write_text(json.dumps(state))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
-        except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        except Exception as e:  # noqa: BLE001 (OSError; torch.save's RuntimeError, safetensors' SafetensorError, ...)
             shutil.rmtree(tmp, ignore_errors=True)
             error = _write_error(step, root, e)
         else:

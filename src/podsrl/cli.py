@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     except PodsError as e:
         print(f"podsrl: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:  # the trainer has already left its folder as a rerun expects it
-        print("podsrl: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # the trainer has already left its folder as a rerun expects it
+        print("; ".join(filter(None, ["podsrl: interrupted", str(e)])), file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

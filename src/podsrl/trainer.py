@@ -296,11 +296,16 @@ def reference_logprobs(s: Setup, rollouts: Rollouts, rows: torch.Tensor, C: int)
 
 def train(c: Config, accelerator: Accelerator | None = None) -> Path:
     """Run training as configured; returns the output folder. A run that fails or is interrupted
-    before its first checkpoint (bad input found mid-run, Ctrl-C) leaves output_dir as it found it."""
+    (bad input found mid-run, Ctrl-C) before it finished a step leaves output_dir as it found it;
+    after, the folder keeps its metrics and its last checkpoint, if any, and the error says so."""
     s = setup(c, accelerator)
     try:
         with s.run.cleanup_on_failure():
             out = _train(s, c)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(s.run.kept()) from None
+    except PodsError as e:
+        raise PodsError("; ".join(filter(None, [str(e), s.run.kept()]))) from None
     finally:
         s.scorer.close()  # the reward workers end with the run
     s.run.release()
@@ -385,6 +390,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
         if acc.is_main_process:
             metrics_file.write(json.dumps(_jsonable(record)) + "\n")
             metrics_file.flush()
+        s.run.logged_step = step
         if s.completions_log:  # this process's prompts: the main process's, the first of the step
             _log_completions(s.completions_log, c, step, groups, chosen)
         if c.report_to:
