@@ -380,12 +380,13 @@ def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, ca
     ("model.lora_dropout=2", "model.lora_dropout must be in [0, 1), got 2.0"),
     ("report_to=[nope]", "unknown tracker 'nope' in report_to"),
     ("reward_weights=[nan]", "reward_weights[0] must be a finite number, got nan"),
-    ("task.digits=0", "task.digits must be >= 1, got 0"),
+    ("task.digits=0", "task.digits must be in 1..1000, got 0"),
     ("task.operations=/", "task.operations must be drawn from '+-*', got '/'"),
     ("rewards=[nope]", "unknown reward 'nope'"),
     ("reward_memory_mb=-1", "reward_memory_mb must be >= 0"),
     ("epsilon_low=1.5", "epsilon_low must be in [0, 1)"),
     ("m=1", "mode=pods needs m >= 2, got m=1"),
+    ("task.digits=5000", "task.digits must be in 1..1000, got 5000"),
     ("n=1", "n must be >= 2, got 1"),
     ("rewards=[accuracy,accuracy,format]", "rewards names 'accuracy' twice; name it once, with the sum of its weights"),
     ("task.test_size=0", "task.test_size=0 means every problem of a test file; arithmetic generates its problems"),
@@ -619,3 +620,56 @@ def test_training_on_the_held_out_problems_is_said(tmp_path, tiny_config, caplog
     s.run.release(failed=True)
     s.scorer.close()
     assert "task gsm8k trains on its held-out problems (task.path is one file)" in caplog.text
+
+
+@pytest.mark.parametrize("source,name,message", [
+    ("raise ValueError('no config')\n", "r_value:fn", "cannot import reward function 'r_value:fn': ValueError: no config"),
+    ("def (\n", "r_syntax:fn", "cannot import reward function 'r_syntax:fn': SyntaxError: invalid syntax"),
+    ("import sys\nsys.exit(5)\n", "r_exit:fn", "cannot import reward function 'r_exit:fn': SystemExit: 5"),
+    (None, ":fn", "cannot import reward function ':fn': ValueError: Empty module name"),
+    (None, ".relative:fn", "cannot import reward function '.relative:fn': TypeError"),
+])
+def test_a_reward_module_that_fails_to_import(capsys, tmp_path, monkeypatch, source, name, message):
+    if source is not None:
+        (tmp_path / f"{name.partition(':')[0]}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err = cli(capsys, "config", f"rewards=['{name}']")
+    assert_one_error(code, err, message)
+
+
+def test_any_seed_seeds_torch():
+    """A seed past about 1.8e7 made step seeds torch refuses, after the model loaded and a step ran."""
+    import torch
+
+    from podsrl.sampling import step_seed
+
+    for seed in (2**40, -(10**30), 10**30):
+        torch.manual_seed(step_seed(seed, 3, 5))
+        torch.Generator().manual_seed(step_seed(seed, 3))
+    assert step_seed(7, 3, 5) == (7 * 1_000_003 + 3) * 1_000_033 + 6  # the seeds of the seeds torch took: as before
+
+
+def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_overrides):
+    run = tmp_path / "run"
+    assert cli(capsys, "train", *tiny_overrides, "steps=2")[0] == 0
+    config = (run / "config.yaml").read_text()
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=1", "resume=true")
+    assert_one_error(code, err, f"resume=true with steps=1, but {run} has trained 2 steps: steps counts from the run's start")
+    assert (run / "config.yaml").read_text() == config
+    ckpt = Path("checkpoints") / "step-000002"
+    for damage, message in [
+        (lambda c: (c / "trainer_state.json").unlink(), "is damaged: it lacks trainer_state.json"),
+        (lambda c: (c / "trainer_state.json").write_text(""), "is damaged: cannot read trainer_state.json"),
+        (lambda c: (c / "trainer_state.json").write_text("[]"), "is damaged: trainer_state.json lacks its step"),
+        (lambda c: (c / "optimizer.pt").unlink(), "is damaged: it lacks optimizer.pt"),
+        (lambda c: shutil.rmtree(c / "model"), "is damaged: it lacks model"),
+        (lambda c: (c / "optimizer.pt").write_bytes((c / "optimizer.pt").read_bytes()[:100]), "is damaged: cannot read optimizer.pt"),
+        (lambda c: (c / "model" / "model.safetensors").write_bytes((c / "model" / "model.safetensors").read_bytes()[:1000]),
+         "is damaged"),
+    ]:
+        copy = tmp_path / "copy"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(run, copy)
+        damage(copy / ckpt)
+        code, err = cli(capsys, "train", *tiny_overrides, "steps=3", "resume=true", f"output_dir={copy}")
+        assert_one_error(code, err, message)

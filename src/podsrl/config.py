@@ -411,13 +411,18 @@ def validate(c: Config) -> None:
          "model.load_in_4bit works with rollout.engine=hf; vLLM would need the unquantised weights")
     t = c.task
     need(t.name == "arithmetic" or t.path is not None, f"task {t.name} needs task.path")
-    need(t.digits >= 1, f"task.digits must be >= 1, got {t.digits}")
+    need(1 <= t.digits <= MAX_DIGITS, f"task.digits must be in 1..{MAX_DIGITS}, got {t.digits}")
     need(bool(t.operations) and not set(t.operations) - set("+-*"),
          f"task.operations must be drawn from '+-*', got {t.operations!r}")
     need(t.test_size >= 0, f"task.test_size must be >= 0 (0: all), got {t.test_size}")
     need(t.test_size >= 1 or t.name != "arithmetic",
          "task.test_size=0 means every problem of a test file; arithmetic generates its problems: give a number >= 1")
     _check_trackers(c.report_to)
+
+
+MAX_DIGITS = 1000
+"""The most digits of an arithmetic operand: a product of two has 2,000, within Python's
+4,300-digit limit on turning an integer into text."""
 
 
 def _numbers(d: dict, prefix: str = ""):

@@ -141,6 +141,10 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     with run.cleanup_on_failure():
         if run.resume_from is not None:
             rundir.check_same_config(output_dir, c, "resume=true would continue")
+            done = read_state(run.resume_from)["step"]
+            if c.steps < done:
+                raise PodsError(f"resume=true with steps={c.steps}, but {output_dir} has trained {done} steps: steps "
+                                f"counts from the run's start; give steps > {done} to train more")
         return _load(c, accelerator, task, Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s, c.reward_memory_mb), run)
 
 
