@@ -673,3 +673,16 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
         damage(copy / ckpt)
         code, err = cli(capsys, "train", *tiny_overrides, "steps=3", "resume=true", f"output_dir={copy}")
         assert_one_error(code, err, message)
+
+
+def test_a_memory_cap_without_reward_workers_is_refused(capsys):
+    code, err = cli(capsys, "config", "reward_memory_mb=1024", "reward_workers=0")
+    assert_one_error(code, err, "reward_memory_mb caps the reward workers; reward_workers=0 scores in the training process")
+
+
+@pytest.mark.parametrize("command", ["train", "compare"])
+def test_a_path_component_too_long(capsys, tmp_path, command):
+    long = tmp_path / ("x" * 300) / "run"
+    args = [f"output_dir={long}"] if command == "train" else ["--out", str(long)]
+    code, err = cli(capsys, command, *args)
+    assert_one_error(code, err, "File name too long")

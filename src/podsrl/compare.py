@@ -92,8 +92,11 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     from podsrl.rundir import check_same_config, discard_unfinished
     from podsrl.trainer import train
 
-    if out.exists() and not out.is_dir():
-        raise PodsError(f"--out {out} is a file, not a folder")
+    try:
+        if out.exists() and not out.is_dir():
+            raise PodsError(f"--out {out} is a file, not a folder")
+    except OSError as e:  # a name too long, ...
+        raise PodsError(f"cannot use --out {out}: {e.strerror or e}") from None
     if keep not in KEEP:
         raise PodsError(f"keep must be one of {', '.join(KEEP)}, got {keep!r}")
     base = load_config(config_path, overrides)

@@ -386,6 +386,8 @@ def validate(c: Config) -> None:
     need(c.reward_workers is None or c.reward_workers >= 0, "reward_workers must be >= 0")
     need(c.reward_timeout_s > 0, "reward_timeout_s must be > 0")
     need(c.reward_memory_mb >= 0, f"reward_memory_mb must be >= 0 (0: no cap), got {c.reward_memory_mb}")
+    need(c.reward_memory_mb == 0 or c.reward_workers != 0,
+         "reward_memory_mb caps the reward workers; reward_workers=0 scores in the training process, without a cap")
     need(c.lr > 0, f"lr must be > 0, got {c.lr}")
     need(c.weight_decay >= 0, f"weight_decay must be >= 0, got {c.weight_decay}")
     need(c.max_grad_norm >= 0, f"max_grad_norm must be >= 0 (0: no clipping), got {c.max_grad_norm}")

@@ -114,10 +114,10 @@ def claim(path: Path, resume: bool, accelerator) -> RunFolder:
 
 
 def _claim(path: Path, resume: bool) -> RunFolder:
-    if resume and not path.exists():
-        raise PodsError(f"resume=true but {path} does not exist")
-    created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
     try:
+        if resume and not path.exists():
+            raise PodsError(f"resume=true but {path} does not exist")
+        created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
         path.mkdir(parents=True, exist_ok=True)
         fd, marked = _lock(path)
     except OSError as e:
