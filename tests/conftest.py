@@ -48,6 +48,14 @@ def subprocess_env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
+def last_wins(args) -> list[str]:
+    """Command-line arguments with each ``key=value`` override given once, the last one kept:
+    tests add to the fixtures' overrides, and podsrl refuses a key given twice."""
+    args = list(args)
+    key = lambda a: a.partition("=")[0] if "=" in a and not a.startswith("-") else None
+    return [a for i, a in enumerate(args) if key(a) is None or key(a) not in map(key, args[i + 1:])]
+
+
 def save_tiny_llama(folder, hidden_size: int = 32, num_attention_heads: int = 4, num_key_value_heads: int = 2) -> str:
     """A 2-layer Llama (random weights, seed 0) of the given widths, saved in ``folder`` with the
     embedded model's tokenizer."""

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import subprocess_env
+from conftest import last_wins, subprocess_env
 from podsrl import models, rundir
 from podsrl.cli import main
+from podsrl.config import load_config
 from podsrl.errors import PodsError
 from podsrl.rewards.scorer import Scorer
 
 
 def cli(capsys, *args) -> tuple[int, str]:
-    code = main(list(args))
+    code = main(last_wins(args))
     return code, capsys.readouterr().err
 
 
@@ -158,7 +159,8 @@ def test_eval_on_an_empty_test_set_is_an_error(capsys, tmp_path, tiny_model_dir,
     (tmp_path / "empty.jsonl").write_text("\n")
     task = [t.format(empty=tmp_path / "empty.jsonl") for t in task]
     code, err = cli(capsys, "eval", f"model.name_or_path={tiny_model_dir}", *task)
-    assert_one_error(code, err, "empty.jsonl holds no problems" if len(task) == 2 else "has an empty test set")
+    assert_one_error(code, err, "empty.jsonl holds no problems" if len(task) == 2 else
+                     "task.test_size=0 means every problem of a test file; arithmetic generates its problems")
 
 
 # --------------------------------------------------------------------------- rewards
@@ -276,7 +278,7 @@ def start(*args, cwd: Path, **env) -> subprocess.Popen:
     env = {**subprocess_env(), **env}  # python -m podsrl, installed or not
     # Ctrl-C handled as at a terminal, even where the suite itself runs with SIGINT ignored (a
     # background job of a non-interactive shell), which the child would inherit
-    return subprocess.Popen([sys.executable, "-m", "podsrl", *args], cwd=cwd, env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "podsrl", *last_wins(args)], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -293,19 +295,35 @@ def wait_for_step(proc: subprocess.Popen, run: Path, step: int) -> None:
 
 def long_run(tiny_overrides, run: Path) -> list[str]:
     """A run that checkpoints only at its (far) end."""
-    return ["train", *tiny_overrides, f"output_dir={run}", "steps=100000", "n=2", "m=1", "task.test_size=2",
+    return ["train", *tiny_overrides, f"output_dir={run}", "steps=100000", "n=2", "m=2", "task.test_size=2",
             "rollout.max_new_tokens=2"]
 
 
-def test_ctrl_c_before_the_first_checkpoint(tmp_path, tiny_overrides):
+def test_ctrl_c_before_the_first_step_finished(tmp_path, tiny_overrides):
     run = tmp_path / "run"
-    proc = start(*long_run(tiny_overrides, run), cwd=tmp_path)
-    wait_for_step(proc, run, 1)
+    proc = start(*long_run(tiny_overrides, run), "rewards=[rewards_for_tests:gated]", "reward_workers=0", cwd=tmp_path,
+                 PODSRL_TEST_GATE=str(tmp_path / "gate"))  # held at step 1's scoring
+    wait_for_step(proc, run, 0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "podsrl: interrupted" and "Traceback" not in err
-    assert not run.exists()  # no checkpoint yet: the run removed the folder it made
+    assert not run.exists()  # nothing trained yet: the run removed the folder it made
+
+
+def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, tiny_overrides, capsys):
+    run = tmp_path / "run"
+    proc = start(*long_run(tiny_overrides, run), cwd=tmp_path)
+    wait_for_step(proc, run, 2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[:3] == [0, 1, 2] and steps == list(range(len(steps)))
+    assert err.strip().splitlines()[-1] == (f"podsrl: interrupted; {run} keeps the metrics of steps 1-{steps[-1]} and no "
+                                            "checkpoint (save_every saves one): a rerun starts it again")
+    assert (run / rundir.LOCK).exists() and not (run / "checkpoints").exists()
+    assert main(last_wins([*long_run(tiny_overrides, run), "steps=1"])) == 0, capsys.readouterr().err  # starts again
 
 
 def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrides, capsys):
@@ -317,8 +335,10 @@ def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrid
     assert proc.returncode == 130 and "Traceback" not in err, err
     done = max(int(p.name[5:]) for p in (run / "checkpoints").glob("step-*"))
     assert done >= 1 and not (run / rundir.LOCK).exists()
+    assert err.strip().splitlines()[-1] == (f"podsrl: interrupted; {run} keeps its metrics and the checkpoint of step "
+                                            f"{done} (resume=true continues from it)")
     assert not list((run / "checkpoints").glob(".tmp-*"))  # nor a checkpoint cut short
-    code = main([*long_run(tiny_overrides, run), f"steps={done + 1}", "save_every=1", "resume=true"])
+    code = main(last_wins([*long_run(tiny_overrides, run), f"steps={done + 1}", "save_every=1", "resume=true"]))
     assert code == 0, capsys.readouterr().err
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, *range(1, done + 2)]
 
@@ -334,7 +354,7 @@ def test_sigkill_before_the_first_checkpoint_then_rerun(tmp_path, tiny_overrides
     assert {p.name for p in run.iterdir()} <= rundir.OWN and (run / rundir.LOCK).exists()
     shutil.copytree(run, tmp_path / "copy")
     for folder, extra in [(run, []), (tmp_path / "copy", ["resume=true"])]:
-        code = main(["train", *tiny_overrides, f"output_dir={folder}", *extra])
+        code = main(last_wins(["train", *tiny_overrides, f"output_dir={folder}", *extra]))
         assert code == 0, capsys.readouterr().err
         assert [json.loads(l)["step"] for l in (folder / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
         assert (folder / "checkpoints" / "step-000002").is_dir() and not (folder / rundir.LOCK).exists()
@@ -374,11 +394,16 @@ def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, ca
     ("model.lora_dropout=2", "model.lora_dropout must be in [0, 1), got 2.0"),
     ("report_to=[nope]", "unknown tracker 'nope' in report_to"),
     ("reward_weights=[nan]", "reward_weights[0] must be a finite number, got nan"),
-    ("task.digits=0", "task.digits must be >= 1, got 0"),
+    ("task.digits=0", "task.digits must be in 1..1000, got 0"),
     ("task.operations=/", "task.operations must be drawn from '+-*', got '/'"),
     ("rewards=[nope]", "unknown reward 'nope'"),
     ("reward_memory_mb=-1", "reward_memory_mb must be >= 0"),
     ("epsilon_low=1.5", "epsilon_low must be in [0, 1)"),
+    ("m=1", "mode=pods needs m >= 2, got m=1"),
+    ("task.digits=5000", "task.digits must be in 1..1000, got 5000"),
+    ("n=1", "n must be >= 2, got 1"),
+    ("rewards=[accuracy,accuracy,format]", "rewards names 'accuracy' twice; name it once, with the sum of its weights"),
+    ("task.test_size=0", "task.test_size=0 means every problem of a test file; arithmetic generates its problems"),
 ])
 @pytest.mark.parametrize("command", ["config", "train"])
 def test_nonsense_values_are_refused_at_config_time(capsys, tmp_path, override, message, command):
@@ -448,6 +473,23 @@ def test_a_full_disk_while_checkpointing(capsys, tmp_path, tiny_overrides, monke
     assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")[0] == 0
 
 
+def test_a_first_checkpoint_that_cannot_be_written_keeps_the_metrics(capsys, tmp_path, tiny_overrides, monkeypatch):
+    """safetensors reports a full disk as its own SafetensorError; the run's metrics stay."""
+    from safetensors import SafetensorError
+    from transformers import PreTrainedModel
+
+    def full_disk(*a, **k):
+        raise SafetensorError("Error while serializing: IoError(No space left on device (os error 28))")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    run = tmp_path / "run"
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=1")
+    assert_one_error(code, err, f"cannot write the checkpoint of step 1 to {run / 'checkpoints'}: Error while serializing: "
+                     f"IoError(No space left on device (os error 28)); {run} keeps the metrics of steps 1-1 and no checkpoint")
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert not list((run / "checkpoints").iterdir())
+
+
 # --------------------------------------------------------------------------- resume under another config
 
 
@@ -495,3 +537,166 @@ def test_a_torn_last_metrics_line_does_not_block_resume(capsys, tmp_path, tiny_o
         f.write('{"step": 2, "train_sec')  # killed while writing step 2's line
     assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")[0] == 0
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------- values as written
+
+
+@pytest.mark.parametrize("override,key,value", [
+    ("output_dir=010", "output_dir", "010"),  # YAML would read the octal 8
+    ("output_dir=007", "output_dir", "007"),
+    ("output_dir=1e3", "output_dir", "1e3"),
+    ("output_dir=on", "output_dir", "on"),
+    ("output_dir='010'", "output_dir", "010"),  # quoted: the same
+    ("output_dir=null", "output_dir", None),
+    ("task.system_prompt=yes", "task.system_prompt", "yes"),
+    ("task.system_prompt=", "task.system_prompt", ""),  # the shell's task.system_prompt=""
+    ("task.system_prompt=@x", "task.system_prompt", "@x"),  # not valid YAML: text all the same
+    ("task.operations=*", "task.operations", "*"),
+    ("mixed_precision=no", "mixed_precision", "no"),
+])
+def test_text_settings_are_taken_as_written(override, key, value):
+    from omegaconf import OmegaConf
+
+    from podsrl.config import to_dict
+
+    assert OmegaConf.select(OmegaConf.create(to_dict(load_config(None, [override]))), key) == value
+
+
+def test_text_settings_in_a_yaml_file_are_taken_as_written(tmp_path):
+    (tmp_path / "c.yaml").write_text("output_dir: 010\nmixed_precision: no\ntask:\n  system_prompt: yes\n  operations: '+-'\n")
+    c = load_config(str(tmp_path / "c.yaml"))
+    assert (c.output_dir, c.mixed_precision, c.task.system_prompt, c.task.operations) == ("010", "no", "yes", "+-")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["n=8", "n=4"], "n is given twice on the command line ('n=8' and 'n=4'); give it once"),
+    (["rewards=[accuracy"], "'rewards=[accuracy': not a valid value (did not find expected ',' or ']')"),
+    (["n=[1,"], "'n=[1,': not a valid value"),
+    (["rewards=accuracy"], "rewards must be a list, e.g. rewards=[a,b]"),
+])
+def test_overrides_refused_in_one_line(capsys, tmp_path, args, message):
+    code, err = main(["config", *args]), capsys.readouterr().err
+    assert_one_error(code, err, message)
+
+
+def test_a_yaml_file_holding_a_bare_string(capsys, tmp_path):
+    (tmp_path / "bare.yaml").write_text("hello\n")
+    code, err = cli(capsys, "config", str(tmp_path / "bare.yaml"))
+    assert_one_error(code, err, "bare.yaml: the top level must be a mapping of config keys, not the text 'hello'")
+
+
+def test_an_empty_system_prompt_is_not_replaced_by_the_tasks(tiny_config):
+    from podsrl.trainer import setup
+
+    s = setup(tiny_config("task.system_prompt="))
+    try:
+        assert s.system_prompt == ""
+    finally:
+        s.run.release(failed=True)
+        s.scorer.close()
+
+
+def test_a_reward_past_float32s_range_is_refused():
+    """1e39 is finite in Python and inf in the float32 reward matrix (GRPO's weights turned NaN)."""
+    with pytest.raises(PodsError, match=r"reward 'r' returned 1e\+39, beyond what rewards hold \(float32"):
+        score({"r": lambda completions, **_: [1e39, 0.0]}, [1.0], ["a", "b"])
+    with pytest.raises(PodsError, match=r"a weighted sum of rewards is 4e\+38, beyond what rewards hold"):
+        score({"r": lambda completions, **_: [2e38, 0.0], "s": lambda completions, **_: [1.0, 0.0]}, [1.0, 2e38], ["a", "b"])
+    assert score({"r": lambda completions, **_: [3e38, 0.0]}, [1.0], ["a", "b"])[0] == [pytest.approx(3e38), 0.0]
+
+
+def test_a_test_size_beyond_the_test_file_is_refused(tmp_path):
+    from podsrl.tasks import load_task
+
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"problem": f"{i} + 1", "answer": str(i + 1)}) + "\n"
+                                                 for i in range(3)))
+    assert len(load_task("math500", path=str(tmp_path / "test.jsonl"), test_size=3).test) == 3
+    with pytest.raises(PodsError, match="task.test_size=4 but .*test.jsonl holds 3 test problems; give at most that many, or 0"):
+        load_task("math500", path=str(tmp_path / "test.jsonl"), test_size=4)
+
+
+def test_training_on_the_held_out_problems_is_said(tmp_path, tiny_config, caplog):
+    from podsrl.tasks import load_task
+    from podsrl.trainer import setup
+
+    rows = "".join(json.dumps({"question": f"{i} + 1 =", "answer": f"#### {i + 1}"}) + "\n" for i in range(4))
+    (tmp_path / "data").mkdir()
+    for name in ("one.jsonl", "data/train.jsonl", "data/test.jsonl"):
+        (tmp_path / name).write_text(rows)
+    assert load_task("gsm8k", path=str(tmp_path / "one.jsonl")).trains_on_test
+    assert not load_task("gsm8k", path=str(tmp_path / "data")).trains_on_test
+    math = lambda **k: load_task("math500", path=str(tmp_path / "m.jsonl"), **k).trains_on_test
+    for name in ("m.jsonl", "m-train.jsonl"):
+        (tmp_path / name).write_text(rows.replace('"question"', '"problem"'))
+    assert math() and math(train_path=str(tmp_path / "m.jsonl")) and not math(train_path=str(tmp_path / "m-train.jsonl"))
+    s = setup(tiny_config("task.name=gsm8k", f"task.path={tmp_path / 'one.jsonl'}"))
+    s.run.release(failed=True)
+    s.scorer.close()
+    assert "task gsm8k trains on its held-out problems (task.path is one file)" in caplog.text
+
+
+@pytest.mark.parametrize("source,name,message", [
+    ("raise ValueError('no config')\n", "r_value:fn", "cannot import reward function 'r_value:fn': ValueError: no config"),
+    ("def (\n", "r_syntax:fn", "cannot import reward function 'r_syntax:fn': SyntaxError: invalid syntax"),
+    ("import sys\nsys.exit(5)\n", "r_exit:fn", "cannot import reward function 'r_exit:fn': SystemExit: 5"),
+    (None, ":fn", "cannot import reward function ':fn': ValueError: Empty module name"),
+    (None, ".relative:fn", "cannot import reward function '.relative:fn': TypeError"),
+])
+def test_a_reward_module_that_fails_to_import(capsys, tmp_path, monkeypatch, source, name, message):
+    if source is not None:
+        (tmp_path / f"{name.partition(':')[0]}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err = cli(capsys, "config", f"rewards=['{name}']")
+    assert_one_error(code, err, message)
+
+
+def test_any_seed_seeds_torch():
+    """A seed past about 1.8e7 made step seeds torch refuses, after the model loaded and a step ran."""
+    import torch
+
+    from podsrl.sampling import step_seed
+
+    for seed in (2**40, -(10**30), 10**30):
+        torch.manual_seed(step_seed(seed, 3, 5))
+        torch.Generator().manual_seed(step_seed(seed, 3))
+    assert step_seed(7, 3, 5) == (7 * 1_000_003 + 3) * 1_000_033 + 6  # the seeds of the seeds torch took: as before
+
+
+def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_overrides):
+    run = tmp_path / "run"
+    assert cli(capsys, "train", *tiny_overrides, "steps=2")[0] == 0
+    config = (run / "config.yaml").read_text()
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=1", "resume=true")
+    assert_one_error(code, err, f"resume=true with steps=1, but {run} has trained 2 steps: steps counts from the run's start")
+    assert (run / "config.yaml").read_text() == config
+    ckpt = Path("checkpoints") / "step-000002"
+    for damage, message in [
+        (lambda c: (c / "trainer_state.json").unlink(), "is damaged: it lacks trainer_state.json"),
+        (lambda c: (c / "trainer_state.json").write_text(""), "is damaged: cannot read trainer_state.json"),
+        (lambda c: (c / "trainer_state.json").write_text("[]"), "is damaged: trainer_state.json lacks its step"),
+        (lambda c: (c / "optimizer.pt").unlink(), "is damaged: it lacks optimizer.pt"),
+        (lambda c: shutil.rmtree(c / "model"), "is damaged: it lacks model"),
+        (lambda c: (c / "optimizer.pt").write_bytes((c / "optimizer.pt").read_bytes()[:100]), "is damaged: cannot read optimizer.pt"),
+        (lambda c: (c / "model" / "model.safetensors").write_bytes((c / "model" / "model.safetensors").read_bytes()[:1000]),
+         "is damaged"),
+    ]:
+        copy = tmp_path / "copy"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(run, copy)
+        damage(copy / ckpt)
+        code, err = cli(capsys, "train", *tiny_overrides, "steps=3", "resume=true", f"output_dir={copy}")
+        assert_one_error(code, err, message)
+
+
+def test_a_memory_cap_without_reward_workers_is_refused(capsys):
+    code, err = cli(capsys, "config", "reward_memory_mb=1024", "reward_workers=0")
+    assert_one_error(code, err, "reward_memory_mb caps the reward workers; reward_workers=0 scores in the training process")
+
+
+@pytest.mark.parametrize("command", ["train", "compare"])
+def test_a_path_component_too_long(capsys, tmp_path, command):
+    long = tmp_path / ("x" * 300) / "run"
+    args = [f"output_dir={long}"] if command == "train" else ["--out", str(long)]
+    code, err = cli(capsys, command, *args)
+    assert_one_error(code, err, "File name too long")

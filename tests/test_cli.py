@@ -38,7 +38,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, message):
 
 def test_nan_reward_mid_run_leaves_no_output(tmp_path, tiny_model_dir):
     result = run("train", f"model.name_or_path={tiny_model_dir}", "rewards=[rewards_for_tests:nan_reward]",
-                 "steps=2", "prompts_per_step=2", "n=2", "m=1", "task.test_size=2",
+                 "steps=2", "prompts_per_step=2", "n=2", "m=2", "task.test_size=2",
                  "rollout.max_new_tokens=4", f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     errors = [l for l in result.stderr.splitlines() if "error" in l]

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, last_wins
 from podsrl.compare import bootstrap_speedup, parse_methods, summarise, write_reports
 from podsrl.config import load_config
 from podsrl.errors import PodsError
@@ -225,7 +225,7 @@ def test_a_peak_at_the_first_evaluation_is_reached_at_time_zero(tmp_path):
 def cli(capsys, *args):
     from podsrl.cli import main
 
-    code = main(list(args))
+    code = main(last_wins(args))
     return code, capsys.readouterr()
 
 
@@ -292,3 +292,20 @@ def test_compare_into_a_file(capsys, tmp_path):
 ])
 def test_usage_errors_are_one_line(capsys, args, message):
     one_error(*cli(capsys, *args), message)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["seed=3"], "seed is set by podsrl compare for each run (--seeds); remove it from the overrides"),
+    (["steps=5"], "steps is set by podsrl compare for each run (--budget-minutes); remove it from the overrides"),
+    (["output_dir=x"], "output_dir is set by podsrl compare for each run (--out)"),
+    (["save_every=1"], "save_every is set by podsrl compare for each run (--keep)"),
+    (["eval_every_s=5"], "eval_every_s is set by podsrl compare for each run (--eval-every-s)"),
+    (["--methods", "grpo", "x:seed=11"], "seed is set by podsrl compare for each run (--seeds); remove it from method 'x'"),
+    (["--methods", "grpo", "x:rule=random,time_budget_s=9"], "time_budget_s is set by podsrl compare"),
+    ([str(REPO / "configs" / "smoke.yaml")], "steps is set by podsrl compare for each run (--budget-minutes); remove it "
+                                             "from the config file"),
+])
+def test_compare_refuses_the_settings_it_sets_itself(capsys, tmp_path, args, message):
+    """They were replaced without a word, while compare.yaml recorded them as given."""
+    one_error(*cli(capsys, "compare", *args, "--out", str(tmp_path / "out")), message)
+    assert not (tmp_path / "out").exists()

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from conftest import subprocess_env
+from conftest import last_wins, subprocess_env
 
 
 def test_default_mixed_precision():
@@ -48,7 +48,7 @@ def test_run_says_its_precision_and_a_cpu_run_is_fp32(tiny_config, caplog):
 
 def test_bf16_autocast_trains(tmp_path, tiny_overrides):
     # its own process: accelerate keeps one precision per process
-    result = subprocess.run([sys.executable, "-m", "podsrl", "train", *tiny_overrides, "mixed_precision=bf16", "steps=1"],
+    result = subprocess.run([sys.executable, "-m", "podsrl", "train", *last_wins([*tiny_overrides, "mixed_precision=bf16", "steps=1"])],
                             capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

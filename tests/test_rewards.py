@@ -391,3 +391,22 @@ def test_the_scoring_benchmark_pathological_completions_never_reach_the_pool():
             elif (answer := extract_answer(text)) is not None:
                 assert implausible(answer, gold) is None
     assert bad_seen > 20
+
+
+@pytest.mark.parametrize("completion,gold,expected", [
+    ("The answer is -0x3.", "0xc84", False),  # math-verify reads both as 0 times symbols
+    ("The answer is 0", "0xc84", False),
+    ("The answer is 0b101", "0b111", False),
+    ("The answer is 12ab", "12cd", False),  # the fast path read 12 off both
+    ("The answer is 12cd", "12ab", False),
+    ("The answer is 12", "12ab", False),  # math-verify reads "ab" as a unit
+    ("The answer is 0XC84.", "0xc84", True),  # a hexadecimal number, compared by its value
+    ("\\boxed{0b111}", "0b111", True),
+    ("The answer is 12cd.", "12cd", True),
+    ("<answer> A3F </answer>", "A3F", True),
+    ("\\boxed{3x}", "3x", True),  # a number times a variable is algebra: math-verify decides
+    ("\\boxed{3 \\cdot x}", "3x", True),
+])
+def test_a_gold_that_is_not_a_plain_number_is_never_compared_by_a_number_off_its_front(completion, gold, expected):
+    assert answer_matches(completion, gold) is expected
+    assert verify_answer(completion, gold) is expected

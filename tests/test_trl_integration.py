@@ -262,6 +262,14 @@ def test_bad_settings_are_refused_at_construction(tmp_path, overrides, message):
         PODSConfig(**(options | overrides))
 
 
+def test_pods_m_may_be_any_integer_type(tmp_path):
+    import numpy as np
+
+    args = PODSConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=8,
+                      per_device_train_batch_size=8, pods_m=np.int64(2))
+    assert args.pods_m == 2 and type(args.pods_m) is int
+
+
 def test_groups_split_across_processes_are_refused():
     # Two processes, 3 completions each per step: TRL's global batch of 6... holds whole groups of 2
     # only if each process does; 3 per process with n = 2 would split a group between processes.

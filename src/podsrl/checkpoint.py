@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -32,8 +33,22 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 def read_state(checkpoint: Path) -> dict:
     """``{"step": ..., "train_seconds": ..., "sampling": ...}`` of a checkpoint (the sampler's
-    state: prompts taken from the stream, per-prompt history; absent in older checkpoints)."""
-    return json.loads((checkpoint / "trainer_state.json").read_text())
+    state: prompts taken from the stream, per-prompt history; absent in older checkpoints). A
+    checkpoint missing a part, or with an unreadable state, is refused naming what is wrong."""
+    missing = [part for part in ("trainer_state.json", "model") if not (checkpoint / part).exists()]
+    if missing:
+        raise PodsError(f"checkpoint {checkpoint} is damaged: it lacks {', '.join(missing)}")
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PodsError(f"checkpoint {checkpoint} is damaged: cannot read trainer_state.json ({first_line(e)})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int) or \
+            not isinstance(state.get("train_seconds"), (int, float)):
+        raise PodsError(f"checkpoint {checkpoint} is damaged: trainer_state.json lacks its step and train_seconds")
+    saved_optimizer = state.get("optimizer", True)  # written without it where save_optimizer says so
+    if saved_optimizer and not (checkpoint / "optimizer.pt").is_file() and not (checkpoint / DEEPSPEED).is_dir():
+        raise PodsError(f"checkpoint {checkpoint} is damaged: it lacks optimizer.pt")
+    return state
 
 
 def optimizer_state(model, optimizer) -> dict:
@@ -85,7 +100,10 @@ def _load_optimizer(acc, model, optimizer, checkpoint: Path) -> None:
 
 
 def _read_optimizer(checkpoint: Path) -> dict:
-    return torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True)
+    try:
+        return torch.load(checkpoint / "optimizer.pt", map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:  # a truncated or foreign file
+        raise PodsError(f"checkpoint {checkpoint} is damaged: cannot read optimizer.pt ({first_line(e)})") from None
 
 
 def _by_index(state: dict) -> bool:
@@ -99,6 +117,7 @@ def _inner(optimizer):
 
 def load_weights(model, folder: Path, lora: bool) -> None:
     """Load a checkpoint's weights (an adapter, or the full model) into ``model``."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     try:
@@ -110,6 +129,8 @@ def load_weights(model, folder: Path, lora: bool) -> None:
         files = sorted(folder.glob("*.safetensors"))
         state = {k: v for f in files for k, v in load_file(f).items()}
         missing, unexpected = model.load_state_dict(state, strict=False)
+    except SafetensorError as e:  # a file cut short
+        raise PodsError(f"checkpoint {folder} is damaged: {first_line(e)}") from None
     except (RuntimeError, OSError, ValueError) as e:  # another LoRA rank, a full model for an adapter, ...
         raise PodsError(f"checkpoint {folder} does not match the model: {first_line(e)}") from None
     if unexpected or [k for k in missing if "lm_head" not in k]:  # tied heads are not saved
@@ -154,7 +175,7 @@ def save_checkpoint(s, step: int, keep: int = 1, with_optimizer: bool = True) ->
             (tmp / "trainer_state.json").write_text(json.dumps(state))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
-        except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        except Exception as e:  # noqa: BLE001 (OSError; torch.save's RuntimeError, safetensors' SafetensorError, ...)
             shutil.rmtree(tmp, ignore_errors=True)
             error = _write_error(step, root, e)
         else:

@@ -31,10 +31,15 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _split(args) -> tuple[str | None, list[str]]:
-    """``podsrl train n=8`` has no config file: a first positional with '=' is an override."""
-    if getattr(args, "config", None) and "=" in args.config and not os.path.exists(args.config):
-        return None, [args.config, *args.overrides]
-    return args.config, list(args.overrides)
+    """``podsrl train n=8`` has no config file: a first positional with '=' is an override. A key
+    given twice is refused."""
+    from podsrl.config import check_given_once
+
+    config, overrides = args.config, list(args.overrides)
+    if config and "=" in config and not os.path.exists(config):
+        config, overrides = None, [config, *overrides]
+    check_given_once(overrides)
+    return config, overrides
 
 
 def cmd_train(args) -> int:
@@ -58,12 +63,10 @@ def cmd_eval(args) -> int:
 
     c = load_config(*_split(args))
     task = task_from_config(c.task, c.seed)
-    if not task.test:
-        raise PodsError(f"task {c.task.name} has an empty test set (task.test_size={c.task.test_size}): nothing to evaluate")
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
     engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout)
-    result = evaluate(engine, tokenizer, task.test, c.task.system_prompt or task.system_prompt,
+    result = evaluate(engine, tokenizer, task.test, task.system_prompt if c.task.system_prompt is None else c.task.system_prompt,
                       c.rollout.max_new_tokens, c.eval_temperature, keep=c.log_completions)
     report = {"model": c.model.name_or_path, "task": c.task.name, "problems": len(task.test), "accuracy": result.accuracy}
     print(json.dumps(report | ({"completions": result.samples} if c.log_completions else {})))
@@ -175,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     except PodsError as e:
         print(f"podsrl: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:  # the trainer has already left its folder as a rerun expects it
-        print("podsrl: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # the trainer has already left its folder as a rerun expects it
+        print("; ".join(filter(None, ["podsrl: interrupted", str(e)])), file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

@@ -27,6 +27,10 @@ BUILTIN = {"grpo": lambda c: ["mode=grpo", f"n={c.m}"], "pods": lambda c: ["mode
 METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 RECORD = "compare.yaml"
 """What a comparison folder records of the invocations that made it: methods, seeds, budget."""
+SET_BY_COMPARE = {"seed": "--seeds", "output_dir": "--out", "steps": "--budget-minutes",
+                  "time_budget_s": "--budget-minutes", "eval_every_s": "--eval-every-s", "save_every": "--keep",
+                  "resume": "a rerun", "allow_config_change": "--allow-config-change"}
+"""Settings each compare run gets from compare itself, and the option (or act) that sets them."""
 KEEP = ("metrics", "model", "checkpoint")
 """What each finished run keeps besides its config and logs: nothing more, its final model, or its
 last checkpoint (model and optimizer state, which a larger budget resumes from)."""
@@ -88,12 +92,16 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     from podsrl.rundir import check_same_config, discard_unfinished
     from podsrl.trainer import train
 
-    if out.exists() and not out.is_dir():
-        raise PodsError(f"--out {out} is a file, not a folder")
+    try:
+        if out.exists() and not out.is_dir():
+            raise PodsError(f"--out {out} is a file, not a folder")
+    except OSError as e:  # a name too long, ...
+        raise PodsError(f"cannot use --out {out}: {e.strerror or e}") from None
     if keep not in KEEP:
         raise PodsError(f"keep must be one of {', '.join(KEEP)}, got {keep!r}")
     base = load_config(config_path, overrides)
     methods = parse_methods(method_specs, base)
+    _refuse_settings_of_compare(config_path, overrides, methods)
     budget_s = budget_minutes * 60
     plan = [(m, s) for s in range(seeds) for m in methods]  # seed-major: early results cover every method
     configs, done = {}, {}
@@ -125,6 +133,19 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     summary = summarise(out, list(_recorded_methods(out) or methods), seeds)
     write_reports(out, summary)
     return summary
+
+
+def _refuse_settings_of_compare(config_path: str | None, overrides: list[str], methods: dict[str, list[str]]) -> None:
+    """compare sets :data:`SET_BY_COMPARE` in every run; the same keys given in the config file, the
+    overrides or a method would be replaced without a word, so they are refused."""
+    from omegaconf import OmegaConf
+
+    given = [(key, "the config file") for key in (OmegaConf.load(config_path) if config_path else {})]
+    given += [(o.partition("=")[0].strip(), "the overrides") for o in overrides]
+    given += [(o.partition("=")[0].strip(), f"method {name!r}") for name, spec in methods.items() for o in spec]
+    for key, where in given:
+        if key in SET_BY_COMPARE:
+            raise PodsError(f"{key} is set by podsrl compare for each run ({SET_BY_COMPARE[key]}); remove it from {where}")
 
 
 def prune(run_dir: Path, keep: str) -> None:

@@ -7,9 +7,10 @@ The defaults are the embedded CPU run: SmolLM2-135M-Instruct learning single-dig
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Literal
+from types import UnionType
+from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -59,9 +60,10 @@ class TaskConfig:
     operations: str = "+"
     """arithmetic: operators drawn from ``+-*``."""
     test_size: int = 200
-    """Held-out problems evaluated; 0 = all."""
+    """Held-out problems evaluated (at most those the test file holds); 0 = all of gsm8k's or
+    math500's (arithmetic needs a number)."""
     system_prompt: str | None = None
-    """Replaces the task's system prompt."""
+    """Replaces the task's system prompt; an empty one is an empty system message."""
 
 
 @dataclass
@@ -116,9 +118,9 @@ class Config:
     prompts_per_step: int = 4
     """Prompts per optimizer step (over all processes; it must divide evenly among them)."""
     n: int = 16
-    """Rollouts generated per prompt."""
+    """Rollouts generated per prompt (>= 2)."""
     m: int = 4
-    """Rollouts per prompt in the update (pods), or per micro-batch (grpo-ga); unused by grpo."""
+    """Rollouts per prompt in the update (pods, >= 2), or per micro-batch (grpo-ga); unused by grpo."""
     rule: str = "max_variance"
     """Down-sampling rule (podsrl.downsample.RULES)."""
     adaptive_n: bool = False
@@ -234,19 +236,16 @@ class Config:
 
 
 def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
-    """Defaults, then the YAML file, then ``key=value`` overrides; unknown keys are errors."""
+    """Defaults, then the YAML file, then ``key=value`` overrides (a later one of a key wins);
+    unknown keys are errors. A value of a text setting is taken as written (``output_dir=010`` is
+    the folder ``010``, not 8)."""
     try:
         merged = OmegaConf.structured(Config)
         if path is not None:
             if not Path(path).is_file():
                 raise PodsError(f"config file not found: {path}")
             merged = OmegaConf.merge(merged, _read_yaml(path))
-        bad = [o for o in overrides if "=" not in o]
-        if bad:
-            raise PodsError(f"overrides must be key=value, got {bad[0]!r}")
-        # YAML reads a bare `no` as false; mixed_precision=no means the setting "no"
-        overrides = ["mixed_precision='no'" if o == "mixed_precision=no" else o for o in overrides]
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.merge(merged, _read_overrides(list(overrides)))
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise PodsError(_config_message(e)) from None
@@ -254,22 +253,107 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
     return config
 
 
+def check_given_once(overrides: list[str]) -> None:
+    """Refuse a user's overrides that set a key twice (``n=8 n=4``): which one was meant?"""
+    given = {}
+    for override in overrides:
+        key = override.partition("=")[0].strip()
+        if key in given:
+            raise PodsError(f"{key} is given twice on the command line ({given[key]!r} and {override!r}); give it once")
+        given[key] = override
+
+
+def _field_type(key: str):
+    """The declared type of a dotted config key; None for a key the schema lacks."""
+    hint, cls = None, Config
+    for part in key.split("."):
+        hints = get_type_hints(cls) if is_dataclass(cls) else {}
+        if part not in hints:
+            return None
+        hint = cls = hints[part]
+    return hint
+
+
+def _is_text(key: str) -> bool:
+    """Whether a key holds text (``str``, ``str | None``, or a choice among strings)."""
+    hint = _field_type(key)
+    if hint is None:
+        return False
+    kinds = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) in (Union, UnionType) else [hint]
+    return all(k is str or (get_origin(k) is Literal and all(isinstance(v, str) for v in get_args(k))) for k in kinds)
+
+
+def _text_value(key: str, raw: str):
+    """A text setting's value as written: YAML's ``null`` where the key may be unset, a quoted
+    string unquoted; anything else verbatim (never YAML's reading: ``010``, ``1e3``, ``yes``)."""
+    import yaml
+
+    if raw in ("null", "~") and type(None) in get_args(_field_type(key)):
+        return None
+    if raw[:1] in "'\"" and raw[:1] and raw[-1:] == raw[:1] and len(raw) >= 2:
+        try:
+            quoted = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            quoted = None
+        if isinstance(quoted, str):
+            return quoted
+    return raw
+
+
+def _read_overrides(overrides: list[str]) -> DictConfig:
+    """``key=value`` overrides as a config: text settings as written, other values read as YAML."""
+    import yaml
+
+    config = OmegaConf.create({})
+    for override in overrides:
+        key, eq, raw = override.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise PodsError(f"overrides must be key=value, got {override!r}")
+        if _is_text(key):
+            OmegaConf.update(config, key, _text_value(key, raw), force_add=True)
+            continue
+        try:
+            config = OmegaConf.merge(config, OmegaConf.from_dotlist([override]))
+        except yaml.YAMLError as e:
+            raise PodsError(f"{override!r}: not a valid value ({getattr(e, 'problem', None) or first_line(e)})") from None
+    return config
+
+
 def _read_yaml(path: str):
-    """The mapping a YAML config file holds; a syntax error names its line."""
+    """The mapping a YAML config file holds, text settings as written; a syntax error names its line."""
     import yaml
 
     try:
         loaded = OmegaConf.load(path)
+        root = yaml.compose(Path(path).read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else path
         raise PodsError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or first_line(e)})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise PodsError(f"cannot read config file {path}: {e}") from None
-    if not isinstance(loaded, DictConfig):
-        raise PodsError(f"{path}: the top level must be a mapping of config keys, not a list")
+    if root is None:
+        return OmegaConf.create({})
+    if not isinstance(root, yaml.MappingNode) or not isinstance(loaded, DictConfig):
+        kind = "a list" if isinstance(root, yaml.SequenceNode) else f"the text {first_line(ValueError(root.value))[:40]!r}"
+        raise PodsError(f"{path}: the top level must be a mapping of config keys, not {kind}")
+    for key, node in _plain_scalars(root):
+        if _is_text(key) and OmegaConf.select(loaded, key) is not None:
+            OmegaConf.update(loaded, key, _text_value(key, node.value), force_add=True)
     return loaded
 
+
+def _plain_scalars(node, prefix: str = ""):
+    """(dotted key, node) of every unquoted scalar under a YAML mapping node."""
+    import yaml
+
+    for k, v in node.value:
+        key = f"{prefix}{k.value}"
+        if isinstance(v, yaml.MappingNode):
+            yield from _plain_scalars(v, f"{key}.")
+        elif isinstance(v, yaml.ScalarNode) and v.style is None:
+            yield key, v
 
 
 def _config_message(e: OmegaConfBaseException) -> str:
@@ -277,6 +361,8 @@ def _config_message(e: OmegaConfBaseException) -> str:
     first = str(e).splitlines()[0]
     if "not in struct" in first or "Key '" in first and "not" in first:
         return f"unknown config key {key!r}{_did_you_mean(key)}"
+    if "is not a ListConfig" in first:
+        return f"{key} must be a list, e.g. {key}=[a,b]"
     return f"bad config value for {key!r}: {first}" if key else f"bad config: {first}"
 
 
@@ -303,9 +389,12 @@ def validate(c: Config) -> None:
 
     for key, value in _numbers(to_dict(c)):
         need(math.isfinite(value), f"{key} must be a finite number, got {value}")
-    need(c.n >= 1 and c.prompts_per_step >= 1, "n and prompts_per_step must be >= 1")
+    need(c.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {c.prompts_per_step}")
+    need(c.n >= 2, f"n must be >= 2, got {c.n}: advantages compare a prompt's rollouts, and a group of one has none")
     need(c.steps >= 1, f"steps must be >= 1, got {c.steps}; podsrl eval evaluates a model without training")
     need(1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
+    need(c.m >= 2 or c.mode != "pods",
+         f"mode=pods needs m >= 2, got m={c.m}: the m trained rollouts of a prompt are its group, and a group of one has advantage 0")
     need(c.rule in RULES, f"unknown rule {c.rule!r}; known: {', '.join(sorted(RULES))}")
     need(not c.adaptive_n or c.mode == "pods",
          f"adaptive_n needs mode=pods (it stops a prompt once its m trained rewards are settled); mode={c.mode} trains all n")
@@ -314,6 +403,8 @@ def validate(c: Config) -> None:
     need(0 < c.prompt_filter_target < 1, f"prompt_filter_target must be in (0, 1), got {c.prompt_filter_target}")
     need(c.dynamic_sampling_rounds >= 1, f"dynamic_sampling_rounds must be >= 1, got {c.dynamic_sampling_rounds}")
     need(len(c.rewards) >= 1, "rewards must name at least one reward function")
+    twice = [name for i, name in enumerate(c.rewards) if name in c.rewards[:i]]
+    need(not twice, f"rewards names {twice[0]!r} twice; name it once, with the sum of its weights" if twice else "")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
     for name in c.rewards:
         load_reward(name)  # a registered name, or an importable module:function
@@ -322,6 +413,8 @@ def validate(c: Config) -> None:
     need(c.threads is None or c.threads >= 1, f"threads must be >= 1, got {c.threads}")
     need(c.reward_wall_timeout_s >= c.reward_timeout_s, "reward_wall_timeout_s must be >= reward_timeout_s")
     need(c.reward_memory_mb >= 0, f"reward_memory_mb must be >= 0 (0: no cap), got {c.reward_memory_mb}")
+    need(c.reward_memory_mb == 0 or c.reward_workers != 0,
+         "reward_memory_mb caps the reward workers; reward_workers=0 scores in the training process, without a cap")
     need(c.lr > 0, f"lr must be > 0, got {c.lr}")
     need(c.weight_decay >= 0, f"weight_decay must be >= 0, got {c.weight_decay}")
     need(c.max_grad_norm >= 0, f"max_grad_norm must be >= 0 (0: no clipping), got {c.max_grad_norm}")
@@ -347,11 +440,18 @@ def validate(c: Config) -> None:
          "model.load_in_4bit works with rollout.engine=hf; vLLM would need the unquantised weights")
     t = c.task
     need(t.name == "arithmetic" or t.path is not None, f"task {t.name} needs task.path")
-    need(t.digits >= 1, f"task.digits must be >= 1, got {t.digits}")
+    need(1 <= t.digits <= MAX_DIGITS, f"task.digits must be in 1..{MAX_DIGITS}, got {t.digits}")
     need(bool(t.operations) and not set(t.operations) - set("+-*"),
          f"task.operations must be drawn from '+-*', got {t.operations!r}")
     need(t.test_size >= 0, f"task.test_size must be >= 0 (0: all), got {t.test_size}")
+    need(t.test_size >= 1 or t.name != "arithmetic",
+         "task.test_size=0 means every problem of a test file; arithmetic generates its problems: give a number >= 1")
     _check_trackers(c.report_to)
+
+
+MAX_DIGITS = 1000
+"""The most digits of an arithmetic operand: a product of two has 2,000, within Python's
+4,300-digit limit on turning an integer into text."""
 
 
 def _numbers(d: dict, prefix: str = ""):

@@ -12,12 +12,12 @@ from podsrl.tasks import Problem
 
 def chat_prompt(tokenizer, system_prompt: str | None, question: str) -> str:
     """The prompt text: the tokenizer's chat template when it has one, else plain text."""
-    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+    messages = ([{"role": "system", "content": system_prompt}] if system_prompt is not None else []) + [
         {"role": "user", "content": question}
     ]
     if tokenizer.chat_template:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return "".join(f"{m['content']}\n\n" for m in messages)
+    return "".join(f"{m['content']}\n\n" for m in messages if m['content'])
 
 
 class Evaluation(NamedTuple):

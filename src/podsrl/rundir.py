@@ -6,8 +6,9 @@ killed run leaves no stale lock. A second run into the same folder is refused at
 
 The lock file also marks the folder as podsrl's. A run killed before its first checkpoint leaves
 the lock file and some of podsrl's own files (:data:`OWN`) without a complete checkpoint; a rerun
-clears such a folder and starts afresh. A run that fails or is interrupted before its first
-checkpoint leaves the folder as it found it (removed if it made it).
+clears such a folder and starts afresh. A run that fails or is interrupted before it finished a
+step leaves the folder as it found it (removed if it made it); once a step is logged, the folder
+keeps its metrics (and its checkpoint, if any), marked as podsrl's.
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ class RunFolder:
         self.path, self.resume_from, self._fd = path, resume_from, fd
         self.created = created
         """The outermost folder this run made (``path`` or one of its parents), if any."""
+        self.logged_step = 0
+        """The last step whose metrics this run wrote (the trainer sets it)."""
 
     @contextmanager
     def cleanup_on_failure(self):
         """On any exception (Ctrl-C included), release the folder, leaving it as it was found
-        unless it already holds a complete checkpoint; then re-raise."""
+        unless it already holds a complete checkpoint or a finished step's metrics; then re-raise."""
         try:
             yield
         except BaseException:
@@ -65,14 +68,27 @@ class RunFolder:
             if failed:
                 for cut_short in (self.path / "checkpoints").glob(".tmp-*"):
                     shutil.rmtree(cut_short, ignore_errors=True)
-            if failed and latest_checkpoint(self.path) is None:
+            checkpoint = latest_checkpoint(self.path)
+            if failed and checkpoint is None and not self.logged_step:
                 _clear(self.path, keep_lock=False)
                 _remove_made_folders(self.path, self.created)
-            else:
+            elif checkpoint is not None:
                 (self.path / LOCK).unlink(missing_ok=True)
+            # metrics without a checkpoint: the lock file stays, marking an unfinished run of podsrl's
         finally:
             os.close(self._fd)
             self._fd = None
+
+    def kept(self) -> str:
+        """What a run that stopped early left in its folder, in words ("" where it left nothing)."""
+        checkpoint = latest_checkpoint(self.path)
+        if checkpoint is not None:
+            return (f"{self.path} keeps its metrics and the checkpoint of step {int(checkpoint.name[5:])} "
+                    "(resume=true continues from it)")
+        if self.logged_step:
+            return (f"{self.path} keeps the metrics of steps 1-{self.logged_step} and no checkpoint (save_every saves "
+                    "one): a rerun starts it again")
+        return ""
 
 
 def claim(path: Path, resume: bool, accelerator) -> RunFolder:
@@ -98,10 +114,10 @@ def claim(path: Path, resume: bool, accelerator) -> RunFolder:
 
 
 def _claim(path: Path, resume: bool) -> RunFolder:
-    if resume and not path.exists():
-        raise PodsError(f"resume=true but {path} does not exist")
-    created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
     try:
+        if resume and not path.exists():
+            raise PodsError(f"resume=true but {path} does not exist")
+        created = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
         path.mkdir(parents=True, exist_ok=True)
         fd, marked = _lock(path)
     except OSError as e:

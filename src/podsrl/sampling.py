@@ -227,5 +227,6 @@ class Sampler:
 
 
 def step_seed(seed: int, step: int, index: int = -1) -> int:
-    """A seed for one step (and one prompt of it), stable across runs and processes."""
-    return (seed * 1_000_003 + step) * 1_000_033 + index + 1
+    """A seed for one step (and one prompt of it), stable across runs and processes; any ``seed``
+    gives one torch takes (64 bits: the values torch would take as they are, unchanged)."""
+    return ((seed * 1_000_003 + step) * 1_000_033 + index + 1) % 2**64

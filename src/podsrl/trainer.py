@@ -135,13 +135,20 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
     check_engine(c.rollout.engine, c.rollout)
     task = task_from_config(c.task, c.seed)
+    if task.trains_on_test and accelerator.is_main_process:
+        log.warning("task %s trains on its held-out problems (%s): held-out accuracy measures them after training "
+                    "on them", c.task.name, "task.path is one file" if c.task.name == "gsm8k" else "no task.train_path")
     reward_fns = {name: load_reward(name) for name in c.rewards}
     run = rundir.claim(output_dir, c.resume, accelerator)
     with run.cleanup_on_failure():
         if run.resume_from is not None:
             rundir.check_same_config(output_dir, c, "resume=true would continue")
-        return _load(c, accelerator, task, Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s, c.reward_memory_mb,
-                                             c.reward_wall_timeout_s), run)
+            done = read_state(run.resume_from)["step"]
+            if c.steps < done:
+                raise PodsError(f"resume=true with steps={c.steps}, but {output_dir} has trained {done} steps: steps "
+                                f"counts from the run's start; give steps > {done} to train more")
+        return _load(c, accelerator, task, Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s,
+                                                  c.reward_memory_mb, c.reward_wall_timeout_s), run)
 
 
 def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: rundir.RunFolder) -> Setup:
@@ -171,7 +178,8 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
 
     # a sharded output layer is whole only inside the forward: full logits there
     head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharding.is_sharded(accelerator) else None
-    s = Setup(accelerator, model, tokenizer, None, optimizer, task, c.task.system_prompt or task.system_prompt,
+    s = Setup(accelerator, model, tokenizer, None, optimizer, task,
+              task.system_prompt if c.task.system_prompt is None else c.task.system_prompt,
               scorer, run, ref_model=ref_model, head=head)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
     state = {}
@@ -298,11 +306,16 @@ def reference_logprobs(s: Setup, rollouts: Rollouts, rows: torch.Tensor, C: int)
 
 def train(c: Config, accelerator: Accelerator | None = None) -> Path:
     """Run training as configured; returns the output folder. A run that fails or is interrupted
-    before its first checkpoint (bad input found mid-run, Ctrl-C) leaves output_dir as it found it."""
+    (bad input found mid-run, Ctrl-C) before it finished a step leaves output_dir as it found it;
+    after, the folder keeps its metrics and its last checkpoint, if any, and the error says so."""
     s = setup(c, accelerator)
     try:
         with s.run.cleanup_on_failure():
             out = _train(s, c)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(s.run.kept()) from None
+    except PodsError as e:
+        raise PodsError("; ".join(filter(None, [str(e), s.run.kept()]))) from None
     finally:
         s.scorer.close()  # the reward workers end with the run
     s.run.release()
@@ -389,6 +402,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
         if acc.is_main_process:
             metrics_file.write(json.dumps(_jsonable(record)) + "\n")
             metrics_file.flush()
+        s.run.logged_step = step
         if s.completions_log:  # this process's prompts: the main process's, the first of the step
             _log_completions(s.completions_log, c, step, groups, chosen)
         if c.report_to:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -109,12 +110,13 @@ class PODSConfig(GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         check_pods_config(self)
+        self.pods_m = int(self.pods_m)  # a numpy integer, say, as a Python int
 
 
 def check_pods_config(args: PODSConfig) -> None:
     """Raise ``ValueError`` naming the first setting that down-sampling cannot work with."""
     n, m = args.num_generations, args.pods_m
-    if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m <= n:
+    if isinstance(m, bool) or not isinstance(m, numbers.Integral) or not 2 <= m <= n:
         raise ValueError(
             f"pods_m must be an integer in 2..num_generations = 2..{n}, got {m!r}: advantages need at least two "
             "completions per prompt, and m cannot exceed the n generated"

@@ -17,7 +17,7 @@ import importlib
 import re
 from typing import Callable, NamedTuple
 
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, first_line
 from podsrl.rewards.answers import _NUMBER, extract_answer, fast_match, verify_answer  # noqa: F401 (extract_answer: API)
 from podsrl.rewards.pool import TIMED_OUT, bounded_map
 
@@ -125,6 +125,10 @@ def load_reward(name: str) -> RewardFn:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
         raise PodsError(f"cannot import reward function {name!r}: {e}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 (a module that raises or calls sys.exit while imported; an empty name)
+        raise PodsError(f"cannot import reward function {name!r}: {type(e).__name__}: {first_line(e)}") from None
     if not callable(fn):
         raise PodsError(f"reward {name!r} is not callable")
     return fn

@@ -8,6 +8,8 @@ a side written as a decimal is compared rounded to 6 decimal places (so ``0.3333
 (LaTeX, expressions, intervals, ...) goes to math-verify (:func:`verify_answer`), which the reward
 pool runs in a worker process under a hard time bound. There, unlike math-verify on its own, a
 restated computation (``409 + 83`` for ``492``) is not an answer: the result has to be stated.
+A gold that is a code of letters and digits (``0xc84``, ``12cd``) is compared whole on both paths
+(:func:`is_literal`), never by a number read off its front.
 Before either path, an answer that cannot be a sensible one (:func:`implausible`: a huge factorial
 or power, deep brackets, a long run of digits, pages of symbols) is wrong at once: math-verify
 would stall on it, costing a worker of the pool its whole time bound and a restart.
@@ -132,6 +134,35 @@ def gold_answer(gold: str) -> str | None:
     return extract_answer(gold) if "####" in gold or "\\boxed" in gold else gold
 
 
+_TOKEN = re.compile(r"[+-]?[A-Za-z0-9]+")
+_NUMBER_TIMES_VARIABLE = re.compile(r"[+-]?\d*[A-Za-z]")  # 3x, 2k, x: algebra
+_WRAPPER = re.compile(r"\\(?:text|mathrm|texttt)\{(.*)\}")
+
+
+def is_literal(gold: str) -> bool:
+    """Whether ``gold`` is one token of letters and digits that is neither a number nor a number
+    times a variable (``0xc84``, ``0b111``, ``12cd``, ``A3F``): a code, which is compared whole
+    (:func:`literal_equal`). math-verify would read it as a product (``0xc84`` as 0) or drop its
+    letters as a unit (``12ab`` as 12), and the fast path would read the number off its front."""
+    gold = gold.strip()
+    return (bool(_TOKEN.fullmatch(gold)) and any(ch.isdigit() for ch in gold) and any(ch.isalpha() for ch in gold)
+            and not _NUMBER_TIMES_VARIABLE.fullmatch(gold))
+
+
+def literal_equal(gold: str, answer: str) -> bool:
+    """A code answer equals the gold as written (white space, ``$``, a final period and a ``\\text{}``
+    aside); integers written with a base prefix (``0x``, ``0b``, ``0o``) are compared by value."""
+    answer = re.sub(r"\s+", "", answer).strip("$").rstrip(".")
+    answer = m.group(1) if (m := _WRAPPER.fullmatch(answer)) else answer
+    gold = gold.strip()
+    if answer == gold:
+        return True
+    try:
+        return int(answer, 0) == int(gold, 0)
+    except ValueError:
+        return False
+
+
 def fast_match(completion: str, gold: str) -> bool | None:
     """True/False when decided without math-verify; None when math-verify must decide."""
     answer = extract_answer(completion)
@@ -140,6 +171,8 @@ def fast_match(completion: str, gold: str) -> bool | None:
         return False
     if answer.strip() == gold.strip():
         return True
+    if is_literal(gold):
+        return literal_equal(gold, answer)
     if implausible(answer, gold):
         return False
     g, p = as_number(gold), as_number(answer)
@@ -291,6 +324,8 @@ def verify_answer(completion: str, gold: str) -> bool:
     gold = gold_answer(gold)
     if answer is None or gold is None or implausible(answer, gold):
         return False
+    if is_literal(gold):
+        return literal_equal(gold, answer)
     if _verified(gold, answer):
         return True
     number = _compared_last_number(answer)

@@ -137,6 +137,9 @@ class StepScores:
             applicable = [v for v in values if v is not None]
             means[name], counts[name] = sum(applicable) / max(len(applicable), 1), len(applicable)
             total = [t + w * (v or 0.0) for t, v in zip(total, values)]
+        if not all(abs(t) <= FLOAT32_MAX for t in total):
+            raise PodsError(f"a weighted sum of rewards is {max(total, key=abs):g}, beyond what rewards hold "
+                            f"(float32, |r| <= {FLOAT32_MAX:.3g}); scale the rewards or their weights down")
         rewards = torch.tensor(total, dtype=torch.float32).view(-1, self.n)
         return StepResult(rewards, means, counts, self.timeouts, self.retried, self.inline_s + time.perf_counter() - start)
 
@@ -171,6 +174,8 @@ class StepScores:
         self.pending = []
 
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+"""The largest reward: the reward matrix is float32."""
 _TIMED_OUT_MARK = "timed out"  # a timed-out evaluation inside a group's result (it travels pickled)
 
 
@@ -223,6 +228,8 @@ def _checked(name: str, values, expected: int) -> list[float | None]:
         v = float(v)
         if not math.isfinite(v):
             raise PodsError(f"reward {name!r} returned NaN or inf")
+        if abs(v) > FLOAT32_MAX:
+            raise PodsError(f"reward {name!r} returned {v:g}, beyond what rewards hold (float32, |r| <= {FLOAT32_MAX:.3g})")
         out.append(v)
     return out
 

@@ -28,6 +28,7 @@ class Task:
     train: Callable[[int], Iterator[Problem]]  # seed -> endless stream
     test: list[Problem]
     system_prompt: str
+    trains_on_test: bool = False  # the training problems are the held-out ones (one file, or math500 alone)
 
 
 ANSWER_IN_TAGS = (
@@ -151,7 +152,8 @@ def gsm8k(path: str = "openai/gsm8k", test_size: int = 0, **_) -> Task:
     train_rows, test_rows = _load_rows(path, "train"), _load_rows(path, "test")
     train = [Problem(p.question, gold(p.answer)) for p in _fields(train_rows, "question", "answer", path)]
     test = [Problem(p.question, gold(p.answer)) for p in _fields(test_rows, "question", "answer", path)]
-    return Task("gsm8k", _stream(train), test[: test_size or None], ANSWER_IN_TAGS)
+    one_file = Path(path).expanduser().is_file()  # the train and the test split are its problems
+    return Task("gsm8k", _stream(train), _held_out(test, test_size, path), ANSWER_IN_TAGS, trains_on_test=one_file)
 
 
 def math500(path: str = "HuggingFaceH4/MATH-500", train_path: str | None = None, test_size: int = 0, **_) -> Task:
@@ -159,7 +161,16 @@ def math500(path: str = "HuggingFaceH4/MATH-500", train_path: str | None = None,
     training reads ``train_path`` (a MATH-style jsonl) and falls back to the test problems."""
     test = _fields(_load_rows(path, "test"), "problem", "answer", path)
     train = _fields(_load_rows(train_path, "train"), "problem", "answer", train_path) if train_path else test
-    return Task("math500", _stream(train), test[: test_size or None], ANSWER_IN_TAGS)
+    return Task("math500", _stream(train), _held_out(test, test_size, path), ANSWER_IN_TAGS,
+                trains_on_test=train_path is None or Path(train_path).expanduser() == Path(path).expanduser())
+
+
+def _held_out(test: list[Problem], test_size: int, source: str) -> list[Problem]:
+    """The first ``test_size`` test problems (0: all); more than there are is refused."""
+    if test_size > len(test):
+        raise PodsError(f"task.test_size={test_size} but {source} holds {len(test)} test problems; "
+                        "give at most that many, or 0 for all")
+    return test[: test_size or None]
 
 
 TASKS: dict[str, Callable[..., Task]] = {"arithmetic": arithmetic, "gsm8k": gsm8k, "math500": math500}
