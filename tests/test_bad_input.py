@@ -665,9 +665,9 @@ def test_any_seed_seeds_torch():
 
 def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_overrides):
     run = tmp_path / "run"
-    assert cli(capsys, "train", *tiny_overrides, "steps=2")[0] == 0
+    assert cli(capsys, "train", *tiny_overrides, "steps=2", "save_optimizer=true")[0] == 0
     config = (run / "config.yaml").read_text()
-    code, err = cli(capsys, "train", *tiny_overrides, "steps=1", "resume=true")
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=1", "resume=true", "save_optimizer=true")
     assert_one_error(code, err, f"resume=true with steps=1, but {run} has trained 2 steps: steps counts from the run's start")
     assert (run / "config.yaml").read_text() == config
     ckpt = Path("checkpoints") / "step-000002"
@@ -685,7 +685,8 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(run, copy)
         damage(copy / ckpt)
-        code, err = cli(capsys, "train", *tiny_overrides, "steps=3", "resume=true", f"output_dir={copy}")
+        code, err = cli(capsys, "train", *tiny_overrides, "steps=3", "resume=true", "save_optimizer=true",
+                        f"output_dir={copy}")
         assert_one_error(code, err, message)
 
 

@@ -194,3 +194,12 @@ def test_checkpoints_keep_the_optimizer_state_only_where_a_resume_needs_it(tiny_
         resumed = train(tiny_config("steps=2", "resume=true", f"output_dir={tmp_path / 'final'}"))
     assert [r["step"] for r in read_metrics(resumed) if "loss" in r] == [1, 2]
     assert any("holds no optimizer state" in r.getMessage() for r in caplog.records)
+
+
+def test_progress_bars_count_the_clock_under_a_budget_and_show_the_evaluation(tiny_config, capsys):
+    """With a time budget (compare's runs, whose steps are unbounded) the bar counts training
+    seconds, not a million steps; evaluation has a bar of its own."""
+    train(tiny_config("progress=true", "steps=1000000", "time_budget_s=1", "task.test_size=2"))
+    err = capsys.readouterr().err
+    assert "/1000000" not in err and " s [" in err and "/1 s" in err
+    assert "eval:" in err

@@ -67,7 +67,8 @@ def cmd_eval(args) -> int:
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
     engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout)
     result = evaluate(engine, tokenizer, task.test, task.system_prompt if c.task.system_prompt is None else c.task.system_prompt,
-                      c.rollout.max_new_tokens, c.eval_temperature, keep=c.log_completions)
+                      c.rollout.max_new_tokens, c.eval_temperature, keep=c.log_completions,
+                      progress=c.progress)
     report = {"model": c.model.name_or_path, "task": c.task.name, "problems": len(task.test), "accuracy": result.accuracy}
     print(json.dumps(report | ({"completions": result.samples} if c.log_completions else {})))
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from tqdm.auto import tqdm
 
 from podsrl.rewards import accuracy_reward
 from podsrl.tasks import Problem
@@ -28,20 +29,22 @@ class Evaluation(NamedTuple):
 
 def evaluate(
     engine, tokenizer, problems: list[Problem], system_prompt: str | None, max_new_tokens: int,
-    temperature: float = 0.0, accelerator=None, keep: int = 0,
+    temperature: float = 0.0, accelerator=None, keep: int = 0, progress: bool = False,
 ) -> Evaluation:
     """Fraction of ``problems`` answered correctly, and the first ``keep`` completions. Under
     several processes each rank takes every world-size-th problem and the counts are summed
-    across ranks."""
+    across ranks. ``progress``: a bar of this process's problems, advanced per generated batch."""
     rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
     mine = problems[rank::world]
     scores, texts = [], []
     if mine:
         prompts = [chat_prompt(tokenizer, system_prompt, p.question) for p in mine]
         # greedy needs no seed; sampled evaluation is seeded so it is repeatable
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), tqdm(total=len(mine), desc="eval", unit="problem",
+                                                     disable=not progress, leave=False) as bar:
             torch.manual_seed(0)
-            texts = engine.generate(prompts, 1, temperature, max_new_tokens).texts
+            texts = engine.generate(prompts, 1, temperature, max_new_tokens,
+                                    on_chunk=lambda first, done, ids: bar.update(len(done))).texts
         scores = accuracy_reward(texts, [p.answer for p in mine])
     counts = torch.tensor([sum(scores), len(mine)], dtype=torch.float64)
     if accelerator is not None and world > 1:

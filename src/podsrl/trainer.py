@@ -346,7 +346,11 @@ def _train(s: Setup, c: Config) -> Path:
     if s.start_step == 0:
         last_eval = _evaluate(s, c, step=0, metrics_file=metrics_file)
 
-    bar = tqdm(total=c.steps, initial=s.start_step, disable=not (c.progress and acc.is_main_process), desc="train")
+    # under a time budget (compare's runs: steps unbounded) the bar counts the training clock
+    by_clock = c.time_budget_s > 0
+    bar = tqdm(total=c.time_budget_s if by_clock else c.steps, initial=min(s.train_seconds, c.time_budget_s) if by_clock
+               else s.start_step, unit="s" if by_clock else "step", disable=not (c.progress and acc.is_main_process),
+               desc="train", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]" if by_clock else None)
     try:
         _loop(s, c, metrics_file, bar, last_eval)
     finally:  # a clean line for whatever is printed next, an error included
@@ -362,6 +366,7 @@ def _train(s: Setup, c: Config) -> Path:
 
 
 def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> None:
+    by_clock = c.time_budget_s > 0
     acc = s.accelerator
     step = s.start_step
     failed = 0  # rollouts whose scoring failed, this session
@@ -412,7 +417,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             log.warning("step %d: %d rollout(s) scored 0: their scoring passed reward_timeout_s=%g CPU s or "
                         "reward_wall_timeout_s=%g s twice, or its worker died", step, record["reward_timeouts"],
                         c.reward_timeout_s, c.reward_wall_timeout_s)
-        bar.update(1)
+        bar.update(min(t4 - t0, c.time_budget_s - bar.n) if by_clock else 1)
         bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=_last_accuracy(last_eval),
                         gen=f"{record['generation_s']:.1f}s", score=f"{record['scoring_s']:.2f}s", update=f"{record['update_s']:.1f}s",
                         **({"scored_0": failed} if failed else {}))
@@ -455,7 +460,8 @@ def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
     t = time.perf_counter()
     with sharding.whole_for_generation(s.model):  # a rank may have no problem to generate for
         accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
-                                     c.eval_temperature, s.accelerator, keep=c.log_completions)
+                                     c.eval_temperature, s.accelerator, keep=c.log_completions,
+                                     progress=c.progress and s.accelerator.is_main_process)
     result = {"eval_accuracy": accuracy, "eval_seconds": time.perf_counter() - t, "eval_step": step}
     if s.eval_log:  # the main process's share of the held-out problems, the first of them
         s.eval_log.writelines(json.dumps({"step": step, **sample}) + "\n" for sample in samples)
