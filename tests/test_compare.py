@@ -287,7 +287,6 @@ def test_compare_into_a_file(capsys, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["nonsense"], "argument command: invalid choice: 'nonsense'"),
-    ([], "the following arguments are required: command"),
     (["plot"], "the following arguments are required: out"),
 ])
 def test_usage_errors_are_one_line(capsys, args, message):

@@ -72,9 +72,10 @@ class RunFolder:
             if failed and checkpoint is None and not self.logged_step:
                 _clear(self.path, keep_lock=False)
                 _remove_made_folders(self.path, self.created)
-            elif checkpoint is not None:
+            elif checkpoint is not None or not self.logged_step:
                 (self.path / LOCK).unlink(missing_ok=True)
-            # metrics without a checkpoint: the lock file stays, marking an unfinished run of podsrl's
+            # finished steps' metrics without a checkpoint: the lock file stays, marking an unfinished
+            # run of podsrl's
         finally:
             os.close(self._fd)
             self._fd = None
