@@ -115,3 +115,21 @@ def test_threads_sets_the_training_processs_threads(tiny_config):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+# The default run's final held-out accuracy moves with a CPU's rounding (one seed, curves that
+# decline after their peak): 0.89-0.99 over seeds on the development machine, 0.735 for seed 0 on
+# another CPU. The README states the range; this bound holds on every machine seen.
+DEFAULT_RUN_FLOOR = 0.70
+
+
+@pytest.mark.slow
+def test_the_default_run_learns(tmp_path):
+    """``podsrl train`` with no settings (what ``make train`` runs), offline, end to end."""
+    import json
+
+    result = run("train", f"output_dir={tmp_path / 'run'}", "progress=false", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    accuracy = {r["step"]: r["eval_accuracy"] for r in rows if "eval_accuracy" in r}
+    assert set(accuracy) == {0, 16} and accuracy[0] < 0.5 and accuracy[16] >= DEFAULT_RUN_FLOOR
