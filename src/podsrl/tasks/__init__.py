@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -20,6 +20,9 @@ from podsrl.errors import PodsError
 class Problem:
     question: str
     answer: str  # gold final answer, compared by podsrl.rewards.answer_matches
+    entry: dict | None = field(default=None, hash=False)
+    """What the task's own verifier needs (a reasoning-gym entry, :mod:`podsrl.tasks.gym`); None:
+    the gold answer is compared by podsrl.rewards.answer_matches. It reaches rewards as ``entry=``."""
 
 
 @dataclass
