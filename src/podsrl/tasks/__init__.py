@@ -2,7 +2,8 @@
 
 A task gives a training stream (an endless, seeded sequence of problems: the same order for the
 same seed) and a fixed held-out test set. Built in: ``arithmetic`` (generated), ``gsm8k`` and
-``math500`` (a local jsonl file or, with a network, a Hugging Face hub name).
+``math500`` (a local jsonl file or, with a network, a Hugging Face hub name), and ``gym``:
+reasoning-gym's generators and verifiers (:mod:`podsrl.tasks.gym`, ``pip install 'podsrl[gym]'``).
 """
 
 from __future__ import annotations
@@ -165,7 +166,21 @@ def math500(path: str = "HuggingFaceH4/MATH-500", train_path: str | None = None,
     return Task("math500", _stream(train), test[: test_size or None], ANSWER_IN_TAGS)
 
 
-TASKS: dict[str, Callable[..., Task]] = {"arithmetic": arithmetic, "gsm8k": gsm8k, "math500": math500}
+def _gym(**options) -> Task:
+    """A reasoning-gym data set or a weighted mix of them (:func:`podsrl.tasks.gym.gym_task`)."""
+    from podsrl.tasks.gym import gym_task
+
+    return gym_task(**options)
+
+
+TASKS: dict[str, Callable[..., Task]] = {"arithmetic": arithmetic, "gsm8k": gsm8k, "math500": math500, "gym": _gym}
+SUMMARIES = {
+    "arithmetic": "a op b problems generated from the seed (task.digits, task.operations); nothing to download",
+    "gsm8k": "grade-school word problems: a jsonl file, a folder or a hub name (task.path)",
+    "math500": "MATH-500: a jsonl file or a hub name (task.path; task.train_path for training problems)",
+    "gym": "reasoning-gym's generators and verifiers (task.dataset, task.config, task.datasets)",
+}
+"""One line per task, as ``podsrl tasks`` lists them."""
 
 
 def load_task(name: str, **options) -> Task:
@@ -177,4 +192,5 @@ def load_task(name: str, **options) -> Task:
 def task_from_config(task, seed: int = 0) -> Task:
     """The task a :class:`podsrl.config.TaskConfig` names."""
     return load_task(task.name, path=task.path, train_path=task.train_path, digits=task.digits,
-                     operations=task.operations, test_size=task.test_size, seed=seed)
+                     operations=task.operations, test_size=task.test_size, seed=seed, dataset=task.dataset,
+                     config=task.config, datasets=task.datasets)
