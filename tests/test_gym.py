@@ -301,6 +301,17 @@ def test_generator_settings_changed_or_dropped_are_config_changes():
     assert config_changes(to_dict(run), run) == []
 
 
+@needs_gym
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("gym_*.yaml")), ids=lambda p: p.name)
+def test_candidate_configs_are_grpo_on_500_held_out_problems_within_the_overlap_bound(path):
+    from podsrl.config import load_config
+    from podsrl.tasks import task_from_config
+
+    c = load_config(str(path))
+    assert (c.mode, c.n, c.m, c.prompts_per_step, c.task.name) == ("grpo", 8, 8, 4, "gym")
+    assert len(task_from_config(c.task, c.seed).test) == c.task.test_size >= 500  # built: not refused
+
+
 # --------------------------------------------------------------------------- training
 
 

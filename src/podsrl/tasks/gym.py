@@ -13,9 +13,9 @@ which give partial credit. :func:`gym_task` makes one of them (``task.dataset`` 
    the held-out draws). A problem whose question is held out is skipped: training never draws a
    held-out question.
 3. The overlap: skipping changes what training sees by the share of the generator's draws whose
-   question is held out. It is measured on :data:`PROBE` further draws when the task is built,
-   logged, and a held-out set over :data:`MAX_OVERLAP` is refused: the generator's settings give
-   too few distinct questions for a held-out set of that size.
+   question is held out. It is measured on 1,000 to 5,000 further draws (:data:`PROBE`) when the
+   task is built, logged, and a held-out set over :data:`MAX_OVERLAP` is refused: the generator's
+   settings give too few distinct questions for a held-out set of that size.
 4. The reward: each problem carries its entry (:attr:`podsrl.tasks.Problem.entry`), and the
    ``accuracy`` reward calls :func:`score` in the reward pool: the answer :func:`answer_of` finds,
    judged by the data set's own verifier, its value kept (partial credit included).
@@ -44,8 +44,9 @@ CHUNK = 10_000
 """Training problems drawn from one generator instance before the next is seeded."""
 HELD_OUT_SPAN = 2**24
 """Generator seeds reserved for the held-out draws; training's seeds start this far above them."""
-PROBE = 1_000
-"""Draws, after the held-out set's, on which its overlap with training is measured."""
+PROBE, PROBE_MAX = 1_000, 5_000
+"""The overlap is measured on blocks of PROBE draws after the held-out set's, up to PROBE_MAX while
+it lies within a factor 2 of MAX_OVERLAP (near the bound, where one block's count is too few)."""
 MAX_OVERLAP = 0.01
 """The largest share of the generator's draws a held-out set may take from training."""
 MAX_SKIPPED_IN_A_ROW = 10_000
@@ -183,16 +184,16 @@ def gym_task(dataset: str | None = None, config: dict | None = None, datasets: l
         _verifier(name, settings[name])
     label = specs[0][0] if dataset else "+".join(name for name, _, _ in specs)
 
-    test, overlap = held_out(make, settings, test_size, seed)
+    test, overlap, probed = held_out(make, settings, test_size, seed)
     if len(test) < test_size:
         raise PodsError(f"{label}: only {len(test)} distinct questions in {2 * test_size + 100} draws: its settings give "
                         f"too few distinct questions for task.test_size={test_size}; lower it or make task.config harder")
     if overlap > MAX_OVERLAP:
-        raise PodsError(f"{label}: the held-out set is {overlap:.1%} of what the generator draws (measured on {PROBE} "
+        raise PodsError(f"{label}: the held-out set is {overlap:.1%} of what the generator draws (measured on {probed} "
                         f"draws; at most {MAX_OVERLAP:.0%}): its settings give too few distinct questions for "
                         f"task.test_size={test_size}; lower it or make task.config harder")
     log.info("gym %s: %d held-out problems, %.1f%% of the generator's draws (measured on %d), skipped in training",
-             label, len(test), 100 * overlap, PROBE)
+             label, len(test), 100 * overlap, probed)
     questions = frozenset(p.question for p in test)
 
     def train(stream_seed: int) -> Iterator[Problem]:
@@ -216,12 +217,13 @@ def generated(make: Callable[[int, int], Any], settings: dict[str, str], first_s
             yield _draw(dataset, index, settings)
 
 
-def held_out(make: Callable[[int, int], Any], settings: dict[str, str], test_size: int, seed: int) -> tuple[list[Problem], float]:
+def held_out(make: Callable[[int, int], Any], settings: dict[str, str], test_size: int,
+             seed: int) -> tuple[list[Problem], float, int]:
     """``test_size`` problems with distinct questions from the held-out generator (fewer where it
-    repeats too often), and the share of :data:`PROBE` further draws of it whose question they hold
-    (the overlap)."""
+    repeats too often); the share of further draws of it whose question they hold (the overlap),
+    and how many draws that was measured on."""
     limit = 2 * test_size + 100  # past it, over a third of the draws repeat a question: refused anyway
-    dataset = make(held_out_seed(seed), limit + PROBE)
+    dataset = make(held_out_seed(seed), limit + PROBE_MAX)
     test, questions, index = [], set(), 0
     while len(test) < test_size and index < limit:
         problem = _draw(dataset, index, settings)
@@ -230,9 +232,13 @@ def held_out(make: Callable[[int, int], Any], settings: dict[str, str], test_siz
             questions.add(problem.question)
             test.append(problem)
     if len(test) < test_size:
-        return test, 1.0
-    hits = sum(_draw(dataset, i, settings).question in questions for i in range(index, index + PROBE))
-    return test, hits / PROBE
+        return test, 1.0, 0
+    hits = probed = 0
+    while probed < PROBE_MAX and (not probed or MAX_OVERLAP / 2 <= hits / probed <= 2 * MAX_OVERLAP):
+        start = index + probed
+        hits += sum(_draw(dataset, i, settings).question in questions for i in range(start, start + PROBE))
+        probed += PROBE
+    return test, hits / probed, probed
 
 
 def overlap(task: Task, draws: int = 10_000, seed: int = 0) -> float:
