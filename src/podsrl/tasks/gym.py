@@ -144,11 +144,9 @@ def _generator(specs: list[tuple[str, float, dict]]) -> Callable[[int, int], Any
         name, _, settings = specs[0]
         return lambda seed, size: _create(name, settings, seed, size)
 
-    def composite(seed: int, size: int):
+    def composite(seed: int, size: int):  # each data set's settings are checked first, by gym_task
         from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
 
-        for name, _, settings in specs:  # each refusal named, before the composite builds them
-            _create(name, settings, seed, 1)
         config = CompositeConfig(size=size, seed=seed, datasets=[DatasetSpec(n, w, s) for n, w, s in specs])
         return CompositeDataset(config)
 
@@ -178,10 +176,10 @@ def gym_task(dataset: str | None = None, config: dict | None = None, datasets: l
     specs = _specs(dataset, config, datasets)
     if not 1 <= test_size <= HELD_OUT_SPAN // 4:
         raise PodsError(f"task.name=gym needs task.test_size in 1..{HELD_OUT_SPAN // 4}, got {test_size}")
-    make = _generator(specs)
     settings = {name: json.dumps(s, sort_keys=True) for name, _, s in specs}
-    for name, _, s in specs:  # built once here: forked reward workers inherit them
+    for name, _, s in specs:  # settings checked, and verifiers built once here: forked reward workers inherit them
         _verifier(name, settings[name])
+    make = _generator(specs)
     label = specs[0][0] if dataset else "+".join(name for name, _, _ in specs)
 
     test, overlap, probed = held_out(make, settings, test_size, seed)
