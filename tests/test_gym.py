@@ -131,6 +131,19 @@ def test_partial_credit_is_kept():
 
 
 @needs_gym
+def test_held_out_accuracy_counts_full_credit_only():
+    from types import SimpleNamespace
+
+    from podsrl.evaluate import evaluate
+
+    problems = task("knights_knaves", test_size=4).test
+    texts = [f"<answer>{p.answer if i == 0 else one_role_flipped(p.answer)}</answer>" for i, p in enumerate(problems)]
+    engine = SimpleNamespace(generate=lambda prompts, n, temperature, tokens: SimpleNamespace(texts=texts))
+    result = evaluate(engine, SimpleNamespace(chat_template=None), problems, None, 8, keep=4)
+    assert result.accuracy == 0.25 and [s["correct"] for s in result.samples] == [True, False, False, False]
+
+
+@needs_gym
 def test_extraction_prefers_the_tags_then_the_answer_line_then_the_last_number():
     from podsrl.tasks.gym import answer_of
 
