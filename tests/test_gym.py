@@ -150,8 +150,10 @@ def test_extraction_prefers_the_tags_then_the_answer_line_then_the_last_number()
     assert answer_of("I think 3. <answer> 7 </answer> and 9", "7") == "7"  # reasoning-gym's tags first
     assert answer_of("Answer: 12 apples, not 13", "12") == "13"  # a number asked: the answer line's last number
     assert answer_of("There are 5 r's. So 4.", "4") == "4"
-    assert answer_of("Let me think.\nolleh\n", "hello") == "olleh"  # a word asked: the last line
-    assert answer_of("Answer: olleh", "hello") == "olleh"
+    assert answer_of("olleh\nbecause I reversed it.", "olleh") == "olleh"  # a word asked: the first line
+    assert answer_of('Answer: "olleh."', "olleh") == "olleh"  # without the quotes and the period
+    assert answer_of("No.\n\nThe premises do not say.", "No") == "No"
+    assert answer_of("A is a knight.", "A is a knight.") == "A is a knight."  # a period the gold has stays
     assert answer_of("  \n", "4") is None and answer_of("no digits here", "4") is None
 
 

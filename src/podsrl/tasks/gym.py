@@ -262,8 +262,10 @@ def answer_of(completion: str, gold: str | None) -> str | None:
     the last ``<answer>...</answer>`` (``reasoning_gym.utils.extract_answer``). Else podsrl's
     (:mod:`podsrl.rewards.answers`), so that a model that has not learned the tags is scored on its
     answer: where the gold is a number, the last number of the marked answer (``\\boxed{}``,
-    ``#### N``, an ``Answer:`` line) or else of the completion; otherwise the marked answer, or
-    else the completion's last non-empty line. None: the completion holds no answer."""
+    ``#### N``, an ``Answer:`` line) or else of the completion; otherwise the marked answer, or else
+    the completion's first non-empty line (a model told to reply with the answer only puts it
+    first, and explains after), without quotes around it or a final period the gold lacks.
+    None: the completion holds no answer."""
     from reasoning_gym.utils import extract_answer
 
     if (tagged := extract_answer(completion)) is not None:
@@ -271,10 +273,22 @@ def answer_of(completion: str, gold: str | None) -> str | None:
     marked = marked_answer(completion)
     if gold and as_number(gold.strip()) is not None:
         return last_number(marked if marked is not None else completion)
-    if marked is not None:
-        return marked
-    lines = [line.strip() for line in completion.splitlines() if line.strip()]
-    return lines[-1] if lines else None
+    if marked is None:
+        marked = next((line for line in completion.splitlines() if line.strip()), None)
+    return None if marked is None else _bare(marked, gold or "")
+
+
+def _bare(answer: str, gold: str) -> str:
+    """``answer`` without white space, one pair of quotes (or ``**``) around it, and a final period
+    that ``gold`` does not end with."""
+    answer = answer.strip()
+    for quote in ('"', "'", "`", "**"):
+        if len(answer) > 2 * len(quote) and answer.startswith(quote) and answer.endswith(quote):
+            answer = answer[len(quote) : -len(quote)].strip()
+            break
+    if answer.endswith(".") and not gold.strip().endswith("."):
+        answer = answer[:-1].rstrip()
+    return answer
 
 
 def score(completion: str, gold: str | None, entry: dict) -> float | Unscored:
