@@ -1,4 +1,4 @@
-"""``podsrl train | eval`` (and ``compare``, ``plot``): YAML config plus ``key=value`` overrides.
+"""``podsrl train | eval`` (and ``compare``, ``plot``, ``tasks``): YAML config plus ``key=value`` overrides.
 
 Bad input (an unknown key, m > n, a missing file, a model that cannot load, NaN rewards, an
 output_dir in use by another run) ends with one line on stderr and exit code 2; Ctrl-C with one
@@ -74,6 +74,27 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_tasks(args) -> int:
+    """The built-in tasks, and reasoning-gym's data sets by category where it is installed."""
+    import textwrap
+
+    from podsrl.tasks import SUMMARIES
+    from podsrl.tasks.gym import INSTALL, dataset_names
+
+    for name, summary in SUMMARIES.items():
+        print(f"{name:11s} {summary}")
+    try:
+        names = dataset_names()
+    except PodsError:
+        print(f"\nreasoning-gym is not installed; {INSTALL} adds its 100+ data sets (task.name=gym)")
+        return 0
+    print(f"\ntask.name=gym task.dataset=NAME, {len(names)} data sets:")
+    for category in sorted(set(names.values())):
+        members = ", ".join(n for n, c in names.items() if c == category)
+        print(textwrap.fill(members, 100, initial_indent=f"  {category}: ", subsequent_indent="    "))
+    return 0
+
+
 def cmd_show_config(args) -> int:
     from podsrl.config import load_config, to_yaml
 
@@ -142,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text, description=text)
         _config_args(p)
         p.set_defaults(fn=fn)
+    p = sub.add_parser("tasks", help="list the tasks, and reasoning-gym's data sets where installed")
+    p.set_defaults(fn=cmd_tasks)
     p = sub.add_parser("compare", help="time to accuracy of several methods under one budget",
                        description="Train each method for each seed under the same training-time budget, then "
                        "write summary.json, summary.md and accuracy plots to --out.")

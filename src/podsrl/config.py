@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from types import UnionType
-from typing import Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -49,8 +49,10 @@ class ModelConfig:
 class TaskConfig:
     """The task: training prompts, gold answers and the held-out test set (keys ``task.*``)."""
 
-    name: Literal["arithmetic", "gsm8k", "math500"] = "arithmetic"
-    """``arithmetic`` (generated from the seed, nothing to download), ``gsm8k`` or ``math500``."""
+    name: Literal["arithmetic", "gsm8k", "math500", "gym"] = "arithmetic"
+    """``arithmetic`` (generated from the seed, nothing to download), ``gsm8k``, ``math500``, or
+    ``gym``: one of reasoning-gym's generators (``pip install 'podsrl[gym]'``; ``podsrl tasks``
+    lists them), endless and offline, its own verifier as the accuracy reward."""
     path: str | None = None
     """gsm8k/math500: a jsonl file, a folder with ``train.jsonl``/``test.jsonl``, or a hub name."""
     train_path: str | None = None
@@ -59,9 +61,18 @@ class TaskConfig:
     """arithmetic: operands have up to this many digits."""
     operations: str = "+"
     """arithmetic: operators drawn from ``+-*``."""
+    dataset: str | None = None
+    """gym: the reasoning-gym data set (``chain_sum``, ``letter_counting``, ...)."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """gym: the data set's generator settings, e.g. ``{min_terms: 2, max_terms: 3, max_digits: 2}``
+    (on the command line ``task.config.max_terms=3``); default: reasoning-gym's."""
+    datasets: list[dict[str, Any]] = field(default_factory=list)
+    """gym, instead of ``dataset``: a weighted mix (reasoning-gym's composite), each item
+    ``{name: ..., weight: 1.0, config: {...}}``; a problem comes from a data set with probability
+    proportional to its weight."""
     test_size: int = 200
     """Held-out problems evaluated (at most those the test file holds); 0 = all of gsm8k's or
-    math500's (arithmetic needs a number)."""
+    math500's (arithmetic needs a number; gym: at least 1, drawn with distinct questions)."""
     system_prompt: str | None = None
     """Replaces the task's system prompt; an empty one is an empty system message."""
 
@@ -439,7 +450,12 @@ def validate(c: Config) -> None:
     need(not (mo.load_in_4bit and r.engine == "vllm"),
          "model.load_in_4bit works with rollout.engine=hf; vLLM would need the unquantised weights")
     t = c.task
-    need(t.name == "arithmetic" or t.path is not None, f"task {t.name} needs task.path")
+    need(t.name in ("arithmetic", "gym") or t.path is not None, f"task {t.name} needs task.path")
+    need(t.name == "gym" or not (t.dataset or t.config or t.datasets),
+         f"task.dataset, task.config and task.datasets are gym's (task.name=gym), not {t.name}'s")
+    need(t.name != "gym" or bool(t.dataset) != bool(t.datasets),
+         "task.name=gym needs task.dataset (one data set) or task.datasets (a weighted mix), not both")
+    need(t.name != "gym" or t.test_size >= 1, "task.name=gym needs task.test_size >= 1 (its problems are endless)")
     need(1 <= t.digits <= MAX_DIGITS, f"task.digits must be in 1..{MAX_DIGITS}, got {t.digits}")
     need(bool(t.operations) and not set(t.operations) - set("+-*"),
          f"task.operations must be drawn from '+-*', got {t.operations!r}")
@@ -482,6 +498,8 @@ def _check_trackers(names: list[str]) -> None:
 NOT_RESULTS = frozenset({"output_dir", "resume", "allow_config_change", "progress", "report_to", "log_completions",
                          "save_every", "save_optimizer", "threads"})
 """Settings that change where and how a run reports, not what it trains or measures."""
+MAPPINGS = ("task.config.",)
+"""Fields that hold a mapping of the user's keys: a key dropped from one is a change too."""
 EXTENT = frozenset({"steps", "time_budget_s"})
 """Settings that say where a run ends (0 means unbounded), not what each step does."""
 
@@ -501,6 +519,9 @@ def config_changes(recorded: dict, c: Config, shorter: bool = True) -> list[str]
         if key in EXTENT and (shorter or value == 0 or (before != 0 and before is not None and value > before)):
             continue
         changes.append(f"{key}: {before!r} -> {value!r}")
+    for key, before in flat_keys(recorded).items():  # a setting the run had in a mapping, now dropped
+        if key.startswith(MAPPINGS) and key not in new:
+            changes.append(f"{key}: {before!r} -> unset")
     return changes
 
 

@@ -1,4 +1,5 @@
-"""pass@1 on a task's held-out problems: one completion per problem, greedy by default."""
+"""pass@1 on a task's held-out problems: one completion per problem, greedy by default. A problem
+counts as solved when its reward is 1.0: full credit, where a task's verifier gives partial credit."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def evaluate(
             torch.manual_seed(0)
             texts = engine.generate(prompts, 1, temperature, max_new_tokens,
                                     on_chunk=lambda first, done, ids: bar.update(len(done))).texts
-        scores = accuracy_reward(texts, [p.answer for p in mine])
-    counts = torch.tensor([sum(scores), len(mine)], dtype=torch.float64)
+        scores = accuracy_reward(texts, [p.answer for p in mine], [p.entry for p in mine])
+    counts = torch.tensor([sum(r == 1.0 for r in scores), len(mine)], dtype=torch.float64)
     if accelerator is not None and world > 1:
         counts = accelerator.reduce(counts.to(accelerator.device), reduction="sum").cpu()
     samples = [{"question": p.question, "answer": p.answer, "completion": t, "correct": r == 1.0}

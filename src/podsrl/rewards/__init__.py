@@ -56,7 +56,8 @@ def completion_text(completion) -> str:
 def score_per_completion(spec: PerCompletion, completions: list, **columns) -> list[float]:
     """``spec`` over a batch: the fast part here, the undecided rest on the pool."""
     completions = [completion_text(c) for c in completions]
-    rows = [tuple(columns[k][i] for k in spec.columns) for i in range(len(completions))]
+    given = {k: columns.get(k) or [None] * len(completions) for k in spec.columns}  # a column not given: None
+    rows = [tuple(given[k][i] for k in spec.columns) for i in range(len(completions))]
     values = [spec.fast(c, *row) for c, row in zip(completions, rows)]
     pending = [i for i, v in enumerate(values) if v is None]
     slow = bounded_map(spec.slow, [(completions[i], *rows[i]) for i in pending])
@@ -73,23 +74,34 @@ def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
     return add
 
 
-def _accuracy_fast(completion: str, gold: str) -> float | None:
+def _accuracy_fast(completion: str, gold: str, entry: dict | None = None) -> float | None:
+    if entry is not None:  # a reasoning-gym problem: its verifier decides, in the pool
+        from podsrl.tasks import gym
+
+        return None if gym.answer_of(completion, gold) is not None else 0.0
     decided = fast_match(completion, gold)
     return None if decided is None else float(decided)
 
 
-def _accuracy_slow(completion: str, gold: str) -> float:
+def _accuracy_slow(completion: str, gold: str, entry: dict | None = None):
+    if entry is not None:
+        from podsrl.tasks import gym
+
+        return gym.score(completion, gold, entry)
     return float(verify_answer(completion, gold))
 
 
 @register_reward("accuracy")
-@per_completion(PerCompletion(_accuracy_fast, _accuracy_slow, ("answer",)))
-def accuracy_reward(completions: list[str], answer: list[str], **_) -> list[float]:
+@per_completion(PerCompletion(_accuracy_fast, _accuracy_slow, ("answer", "entry")))
+def accuracy_reward(completions: list[str], answer: list[str], entry: list[dict | None] | None = None, **_) -> list[float]:
     """1.0 when the completion's final answer equals the gold ``answer``, else 0.0. Plain numbers
     are compared here; anything else goes to math-verify in the reward pool, where a completion
     whose grade passes the pool's bounds twice (``reward_timeout_s`` of CPU time,
-    ``reward_wall_timeout_s`` of wall time) scores 0."""
-    return score_per_completion(accuracy_reward.per_completion, completions, answer=answer)
+    ``reward_wall_timeout_s`` of wall time) scores 0.
+
+    A problem of a reasoning-gym task carries its ``entry`` (:mod:`podsrl.tasks.gym`): its data
+    set's own verifier scores the answer, in the pool, partial credit kept (a value in [0, 1])."""
+    return score_per_completion(accuracy_reward.per_completion, completions, answer=answer, entry=entry)
 
 
 def answer_matches(completion: str, gold: str) -> bool:

@@ -75,6 +75,13 @@ def extract_answer(text: str) -> str | None:
     """The final answer of a completion, by the first marker found in this order:
     ``\\boxed{}``, ``<answer>...</answer>``, GSM8K's ``#### N``, an ``Answer:`` line, else the last
     number. Returns ``None`` when the completion holds no answer at all."""
+    marked = marked_answer(text)
+    return marked if marked is not None else last_number(text)
+
+
+def marked_answer(text: str) -> str | None:
+    """The answer a completion marks as final (:func:`extract_answer` without its last-number
+    fallback); ``None`` when no marker is found."""
     if (boxed := _last_boxed(text)) is not None:
         return boxed.strip()
     if tags := _ANSWER_TAG.findall(text):
@@ -85,7 +92,7 @@ def extract_answer(text: str) -> str | None:
     if lines := _ANSWER_LINE.findall(text):
         line = lines[-1].strip().rstrip(".")
         return _last_boxed(line) or (line.strip("$ ") if not _NUMBER.fullmatch(line) else line.replace(",", ""))
-    return last_number(text)
+    return None
 
 
 @lru_cache(maxsize=4096)

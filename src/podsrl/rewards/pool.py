@@ -7,7 +7,8 @@ time a starved worker waits for a core on a busy machine), and ``wall_timeout`` 
 time (pebble stops the worker: a reward that waits rather than computes, on a sleep, a lock or
 the network). A worker that crashes (a segfault, ``os._exit``) or runs out of its memory cap
 (``memory_mb`` of address space beyond what it holds at start) costs only its task. These come
-back as :data:`TIMED_OUT`; the caller runs such a task once more (:meth:`RewardPool.again`)
+back as :data:`TIMED_OUT`, as does a task
+that returns :class:`Unscored` (a task's own verifier that raised on a completion); the caller runs such a task once more (:meth:`RewardPool.again`)
 before it counts as failed. Whatever else a task raises, ``SystemExit`` included, comes back as a
 :class:`RewardFailure`. Workers are forked from the process that made the pool, after it has
 imported math-verify, warm it up before taking a task, so no task pays for an import, and run one
@@ -28,7 +29,7 @@ import resource
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import pebble
 from pebble import ProcessExpired, ProcessPool
@@ -39,7 +40,8 @@ from podsrl.rewards.answers import verify_answer
 log = logging.getLogger(__name__)
 
 TIMED_OUT = object()
-"""The outcome of a task that ran past the time bound or whose worker died."""
+"""The outcome of a task that ran past the time bound, whose worker died, or that was
+:class:`Unscored`."""
 
 DEFAULT_TIMEOUT_S = 1.0  # CPU seconds
 DEFAULT_WALL_TIMEOUT_S = 30.0
@@ -77,6 +79,24 @@ class RewardFailure(Exception):
     def __init__(self, kind: str, message: str):
         super().__init__(kind, message)
         self.kind, self.message = kind, message
+
+
+class Unscored(NamedTuple):
+    """What a task returns when it could not score its completion, for a reason that is not the
+    user's to fix (a data set's own verifier raised on a model's answer, say): the completion scores
+    0 and counts like a timeout, and ``reason`` is logged the first time it is seen."""
+
+    reason: str
+
+
+MAX_LOGGED_REASONS = 5  # distinct Unscored reasons logged per process; later ones are only counted
+_logged_reasons: set[str] = set()
+
+
+def _log_unscored(reason: str) -> None:
+    if reason not in _logged_reasons and len(_logged_reasons) < MAX_LOGGED_REASONS:
+        _logged_reasons.add(reason)
+        log.warning("reward: %s (scored 0, counted in reward_timeouts)", reason)
 
 
 OUT_OF_MEMORY_EXIT = 86  # a worker that ran out of its memory cap ends itself with this code
@@ -130,10 +150,14 @@ class RewardPool:
         ``wait_s`` caps the wait for a task that has not started (a safety net: the pool's own
         bound applies once it runs)."""
         try:
-            return future.result(timeout=wait_s)
+            value = future.result(timeout=wait_s)
         except (TimeoutError, concurrent.futures.TimeoutError, ProcessExpired):
             future.cancel()
             return TIMED_OUT
+        if isinstance(value, Unscored):
+            _log_unscored(value.reason)
+            return TIMED_OUT
+        return value
 
     def close(self) -> None:
         self._pool.stop()

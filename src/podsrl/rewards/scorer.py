@@ -84,9 +84,10 @@ class StepScores:
                 self._in_process(name, fn, rows, texts, columns)
             elif (spec := getattr(fn, "per_completion", None)) is not None:
                 for r, text, cols in zip(rows, texts, columns):
-                    value = spec.fast(text, *(cols[k] for k in spec.columns))
+                    args = [cols.get(k) for k in spec.columns]  # a column the step lacks: None
+                    value = spec.fast(text, *args)
                     if value is None:
-                        self._submit(name, [r], "value", spec.slow, text, *(cols[k] for k in spec.columns))
+                        self._submit(name, [r], "value", spec.slow, text, *args)
                     else:
                         self.values[name][r] = value
             elif inspect.iscoroutinefunction(fn):

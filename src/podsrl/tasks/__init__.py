@@ -2,14 +2,15 @@
 
 A task gives a training stream (an endless, seeded sequence of problems: the same order for the
 same seed) and a fixed held-out test set. Built in: ``arithmetic`` (generated), ``gsm8k`` and
-``math500`` (a local jsonl file or, with a network, a Hugging Face hub name).
+``math500`` (a local jsonl file or, with a network, a Hugging Face hub name), and ``gym``:
+reasoning-gym's generators and verifiers (:mod:`podsrl.tasks.gym`, ``pip install 'podsrl[gym]'``).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -20,6 +21,9 @@ from podsrl.errors import PodsError
 class Problem:
     question: str
     answer: str  # gold final answer, compared by podsrl.rewards.answer_matches
+    entry: dict | None = field(default=None, hash=False)
+    """What the task's own verifier needs (a reasoning-gym entry, :mod:`podsrl.tasks.gym`); None:
+    the gold answer is compared by podsrl.rewards.answer_matches. It reaches rewards as ``entry=``."""
 
 
 @dataclass
@@ -173,7 +177,21 @@ def _held_out(test: list[Problem], test_size: int, source: str) -> list[Problem]
     return test[: test_size or None]
 
 
-TASKS: dict[str, Callable[..., Task]] = {"arithmetic": arithmetic, "gsm8k": gsm8k, "math500": math500}
+def _gym(**options) -> Task:
+    """A reasoning-gym data set or a weighted mix of them (:func:`podsrl.tasks.gym.gym_task`)."""
+    from podsrl.tasks.gym import gym_task
+
+    return gym_task(**options)
+
+
+TASKS: dict[str, Callable[..., Task]] = {"arithmetic": arithmetic, "gsm8k": gsm8k, "math500": math500, "gym": _gym}
+SUMMARIES = {
+    "arithmetic": "a op b problems generated from the seed (task.digits, task.operations); nothing to download",
+    "gsm8k": "grade-school word problems: a jsonl file, a folder or a hub name (task.path)",
+    "math500": "MATH-500: a jsonl file or a hub name (task.path; task.train_path for training problems)",
+    "gym": "reasoning-gym's generators and verifiers (task.dataset, task.config, task.datasets)",
+}
+"""One line per task, as ``podsrl tasks`` lists them."""
 
 
 def load_task(name: str, **options) -> Task:
@@ -185,4 +203,5 @@ def load_task(name: str, **options) -> Task:
 def task_from_config(task, seed: int = 0) -> Task:
     """The task a :class:`podsrl.config.TaskConfig` names."""
     return load_task(task.name, path=task.path, train_path=task.train_path, digits=task.digits,
-                     operations=task.operations, test_size=task.test_size, seed=seed)
+                     operations=task.operations, test_size=task.test_size, seed=seed, dataset=task.dataset,
+                     config=task.config, datasets=task.datasets)

@@ -1,0 +1,309 @@
+"""reasoning-gym's procedural tasks as a podsrl task: ``task.name=gym`` (``pip install 'podsrl[gym]'``).
+
+reasoning-gym holds 100+ generators of verifiable problems (arithmetic, counting, strings, logic,
+games), each with a difficulty config and its own verifier ``score_answer(answer, entry)``, some of
+which give partial credit. :func:`gym_task` makes one of them (``task.dataset`` with its settings in
+``task.config``), or a weighted mix (``task.datasets``, reasoning-gym's composite), a
+:class:`podsrl.tasks.Task`:
+
+1. The held-out set: ``test_size`` problems with distinct questions, from the generator seeded with
+   :func:`held_out_seed` (derived from the run's seed).
+2. The training stream: endless, the same order for the same seed, from the generator seeded
+   :data:`HELD_OUT_SPAN` above it in chunks of :data:`CHUNK` (so no generator seed is shared with
+   the held-out draws). A problem whose question is held out is skipped: training never draws a
+   held-out question.
+3. The overlap: skipping changes what training sees by the share of the generator's draws whose
+   question is held out. It is measured on 1,000 to 5,000 further draws (:data:`PROBE`) when the
+   task is built, logged, and a held-out set over :data:`MAX_OVERLAP` is refused: the generator's
+   settings give too few distinct questions for a held-out set of that size.
+4. The reward: each problem carries its entry (:attr:`podsrl.tasks.Problem.entry`), and the
+   ``accuracy`` reward calls :func:`score` in the reward pool: the answer :func:`answer_of` finds,
+   judged by the data set's own verifier, its value kept (partial credit included).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import json
+import logging
+import math
+import random
+from functools import lru_cache
+from typing import Any, Callable, Iterator
+
+from podsrl.errors import PodsError, first_line
+from podsrl.rewards.answers import as_number, last_number, marked_answer
+from podsrl.rewards.pool import Unscored
+from podsrl.tasks import Problem, Task
+
+log = logging.getLogger(__name__)
+
+INSTALL = "pip install 'podsrl[gym]'"
+CHUNK = 10_000
+"""Training problems drawn from one generator instance before the next is seeded."""
+HELD_OUT_SPAN = 2**24
+"""Generator seeds reserved for the held-out draws; training's seeds start this far above them."""
+PROBE, PROBE_MAX = 1_000, 5_000
+"""The overlap is measured on blocks of PROBE draws after the held-out set's, up to PROBE_MAX while
+it lies within a factor 2 of MAX_OVERLAP (near the bound, where one block's count is too few)."""
+MAX_OVERLAP = 0.01
+"""The largest share of the generator's draws a held-out set may take from training."""
+MAX_SKIPPED_IN_A_ROW = 10_000
+"""Held-out questions drawn in a row after which the training stream gives up (it never stalls)."""
+PODSRL_SETS = ("seed", "size")
+"""Generator settings podsrl sets itself, refused in task.config."""
+
+SYSTEM_PROMPT = "Answer the question. Reply with only the final answer."
+
+
+def require():
+    """The reasoning_gym module, or one line naming the install command."""
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise PodsError(f"task.name=gym needs reasoning-gym, which is not installed: {INSTALL}") from None
+    return reasoning_gym
+
+
+def dataset_names() -> dict[str, str]:
+    """Every reasoning-gym data set, by name, with its category (``arithmetic``, ``logic``, ...)."""
+    require()
+    from reasoning_gym.factory import DATASETS
+
+    return {name: cls.__module__.split(".")[1] for name, (cls, _) in sorted(DATASETS.items()) if name != "composite"}
+
+
+def held_out_seed(seed: int) -> int:
+    """The held-out generator's seed for a run's ``seed``: spread over [0, 2^29), so that training's
+    seeds (:data:`HELD_OUT_SPAN` above) stay below 2^32, which some generators require."""
+    return random.Random(f"podsrl-gym-{seed}").getrandbits(29)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def _specs(dataset: str | None, config: dict | None, datasets: list | None) -> list[tuple[str, float, dict]]:
+    """(name, weight, settings) of each data set, checked: names known, settings a mapping."""
+    if bool(dataset) == bool(datasets):
+        raise PodsError("task.name=gym needs task.dataset (one data set) or task.datasets (a weighted mix), not both")
+    if dataset:
+        if dataset == "composite":
+            raise PodsError("a mix of data sets is given as task.datasets: [{name: ..., weight: ..., config: {...}}, ...]")
+        specs = [(dataset, 1.0, dict(config or {}))]
+    else:
+        if config:
+            raise PodsError("task.config applies to task.dataset; with task.datasets give each its own config")
+        specs = [_spec(i, item) for i, item in enumerate(datasets)]
+        names = [name for name, _, _ in specs]
+        if len(set(names)) < len(names):
+            raise PodsError(f"task.datasets names a data set twice: {names}")
+    known = dataset_names()
+    for name, _, settings in specs:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            hint = f"closest: {', '.join(close)}; " if close else ""
+            raise PodsError(f"unknown reasoning-gym data set {name!r}; {hint}podsrl tasks lists all {len(known)}")
+        if set(settings) & set(PODSRL_SETS):
+            raise PodsError(f"task.config of {name} sets {sorted(set(settings) & set(PODSRL_SETS))}: podsrl sets "
+                            "those (from seed and task.test_size)")
+    return specs
+
+
+def _spec(i: int, item) -> tuple[str, float, dict]:
+    where = f"task.datasets[{i}]"
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise PodsError(f"{where} must be a mapping with a name: {{name: chain_sum, weight: 1, config: {{...}}}}")
+    if extra := set(item) - {"name", "weight", "config"}:
+        raise PodsError(f"{where} has unknown keys {sorted(extra)}; known: name, weight, config")
+    weight, settings = item.get("weight", 1.0), item.get("config") or {}
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0 or not math.isfinite(weight):
+        raise PodsError(f"{where}: weight must be a number > 0, got {weight!r}")
+    if not isinstance(settings, dict):
+        raise PodsError(f"{where}: config must be a mapping, got {settings!r}")
+    return item["name"], float(weight), dict(settings)
+
+
+def _create(name: str, settings: dict, seed: int, size: int):
+    """reasoning-gym's ``create_dataset``, its refusal of a setting as one line."""
+    from reasoning_gym import create_dataset
+    from reasoning_gym.factory import DATASETS
+
+    allowed = [f for f in DATASETS[name][1].__dataclass_fields__ if f not in PODSRL_SETS]
+    if unknown := sorted(set(settings) - set(allowed)):
+        raise PodsError(f"{name} has no setting {', '.join(unknown)}; its settings: {', '.join(allowed)}")
+    try:
+        return create_dataset(name, **settings, seed=seed, size=size)
+    except Exception as e:  # noqa: BLE001 (whatever its config's checks raise: an assertion, a type error)
+        raise PodsError(f"{name} rejects task.config {settings}: {type(e).__name__}: {first_line(e)}") from None
+
+
+def _generator(specs: list[tuple[str, float, dict]]) -> Callable[[int, int], Any]:
+    """``make(seed, size)``: the data set, or reasoning-gym's composite of the weighted data sets."""
+    if len(specs) == 1:
+        name, _, settings = specs[0]
+        return lambda seed, size: _create(name, settings, seed, size)
+
+    def composite(seed: int, size: int):  # each data set's settings are checked first, by gym_task
+        from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
+
+        config = CompositeConfig(size=size, seed=seed, datasets=[DatasetSpec(n, w, s) for n, w, s in specs])
+        return CompositeDataset(config)
+
+    return composite
+
+
+def _draw(dataset, index: int, settings: dict[str, str]) -> Problem:
+    """Problem ``index`` of a generator instance, with the entry its verifier needs."""
+    try:
+        entry = dataset[index]
+    except Exception as e:  # noqa: BLE001 (a generator that fails on its own settings)
+        raise PodsError(f"reasoning-gym could not generate a problem ({type(e).__name__}: {first_line(e)}); "
+                        "check task.config") from None
+    name = entry["metadata"]["source_dataset"]
+    answer = "" if entry["answer"] is None else str(entry["answer"])  # some verifiers check validity instead
+    return Problem(entry["question"], answer, {"dataset": name, "config": settings[name], "entry": entry})
+
+
+# --------------------------------------------------------------------------- the task
+
+
+def gym_task(dataset: str | None = None, config: dict | None = None, datasets: list | None = None,
+             test_size: int = 200, seed: int = 0, **_) -> Task:
+    """A reasoning-gym data set (``dataset``, with generator settings ``config``) or a weighted mix
+    (``datasets``: ``[{name, weight, config}, ...]``) as a task; see the module docstring."""
+    require()
+    specs = _specs(dataset, config, datasets)
+    if not 1 <= test_size <= HELD_OUT_SPAN // 4:
+        raise PodsError(f"task.name=gym needs task.test_size in 1..{HELD_OUT_SPAN // 4}, got {test_size}")
+    settings = {name: json.dumps(s, sort_keys=True) for name, _, s in specs}
+    for name, _, s in specs:  # settings checked, and verifiers built once here: forked reward workers inherit them
+        _verifier(name, settings[name])
+    make = _generator(specs)
+    label = specs[0][0] if dataset else "+".join(name for name, _, _ in specs)
+
+    test, overlap, probed = held_out(make, settings, test_size, seed)
+    if len(test) < test_size:
+        raise PodsError(f"{label}: only {len(test)} distinct questions in {2 * test_size + 100} draws: its settings give "
+                        f"too few distinct questions for task.test_size={test_size}; lower it or make task.config harder")
+    if overlap > MAX_OVERLAP:
+        raise PodsError(f"{label}: the held-out set is {overlap:.1%} of what the generator draws (measured on {probed} "
+                        f"draws; at most {MAX_OVERLAP:.0%}): its settings give too few distinct questions for "
+                        f"task.test_size={test_size}; lower it or make task.config harder")
+    log.info("gym %s: %d held-out problems, %.1f%% of the generator's draws (measured on %d), skipped in training",
+             label, len(test), 100 * overlap, probed)
+    questions = frozenset(p.question for p in test)
+
+    def train(stream_seed: int) -> Iterator[Problem]:
+        skipped = 0
+        for problem in generated(make, settings, held_out_seed(stream_seed) + HELD_OUT_SPAN):
+            if problem.question not in questions:
+                skipped = 0
+                yield problem
+            elif (skipped := skipped + 1) >= MAX_SKIPPED_IN_A_ROW:
+                raise PodsError(f"{label}: {skipped} training problems in a row were held-out questions")
+
+    return Task("gym", train, test, SYSTEM_PROMPT)
+
+
+def generated(make: Callable[[int, int], Any], settings: dict[str, str], first_seed: int) -> Iterator[Problem]:
+    """Every problem of the generator seeded ``first_seed``, then ``first_seed + CHUNK``, ...: the
+    training stream before held-out questions are skipped."""
+    for chunk in itertools.count():
+        dataset = make(first_seed + chunk * CHUNK, CHUNK)
+        for index in range(CHUNK):
+            yield _draw(dataset, index, settings)
+
+
+def held_out(make: Callable[[int, int], Any], settings: dict[str, str], test_size: int,
+             seed: int) -> tuple[list[Problem], float, int]:
+    """``test_size`` problems with distinct questions from the held-out generator (fewer where it
+    repeats too often); the share of further draws of it whose question they hold (the overlap),
+    and how many draws that was measured on."""
+    limit = 2 * test_size + 100  # past it, over a third of the draws repeat a question: refused anyway
+    dataset = make(held_out_seed(seed), limit + PROBE_MAX)
+    test, questions, index = [], set(), 0
+    while len(test) < test_size and index < limit:
+        problem = _draw(dataset, index, settings)
+        index += 1
+        if problem.question not in questions:
+            questions.add(problem.question)
+            test.append(problem)
+    if len(test) < test_size:
+        return test, 1.0, 0
+    hits = probed = 0
+    while probed < PROBE_MAX and (not probed or MAX_OVERLAP / 2 <= hits / probed <= 2 * MAX_OVERLAP):
+        start = index + probed
+        hits += sum(_draw(dataset, i, settings).question in questions for i in range(start, start + PROBE))
+        probed += PROBE
+    return test, hits / probed, probed
+
+
+def overlap(task: Task, draws: int = 10_000, seed: int = 0) -> float:
+    """The share of ``task``'s held-out questions among the first ``draws`` problems of its
+    training stream (0 for a gym task, which skips them)."""
+    held = {p.question for p in task.test}
+    seen = {p.question for p in itertools.islice(task.train(seed), draws)}
+    return len(held & seen) / max(len(held), 1)
+
+
+# --------------------------------------------------------------------------- the reward
+
+
+@lru_cache(maxsize=None)
+def _verifier(name: str, settings: str) -> Callable[[str | None, dict], float]:
+    """The data set's ``score_answer``, of an instance with the task's settings (a few verifiers
+    read them)."""
+    return _create(name, json.loads(settings), 0, 1).score_answer
+
+
+def answer_of(completion: str, gold: str | None) -> str | None:
+    """The answer the verifier is given. reasoning-gym's convention where the completion uses it:
+    the last ``<answer>...</answer>`` (``reasoning_gym.utils.extract_answer``). Else podsrl's
+    (:mod:`podsrl.rewards.answers`), so that a model that has not learned the tags is scored on its
+    answer: where the gold is a number, the last number of the marked answer (``\\boxed{}``,
+    ``#### N``, an ``Answer:`` line) or else of the completion; otherwise the marked answer, or else
+    the completion's first non-empty line (a model told to reply with the answer only puts it
+    first, and explains after), without quotes around it or a final period the gold lacks.
+    None: the completion holds no answer."""
+    from reasoning_gym.utils import extract_answer
+
+    if (tagged := extract_answer(completion)) is not None:
+        return tagged
+    marked = marked_answer(completion)
+    if gold and as_number(gold.strip()) is not None:
+        return last_number(marked if marked is not None else completion)
+    if marked is None:
+        marked = next((line for line in completion.splitlines() if line.strip()), None)
+    return None if marked is None else _bare(marked, gold or "")
+
+
+def _bare(answer: str, gold: str) -> str:
+    """``answer`` without white space, one pair of quotes (or ``**``) around it, and a final period
+    that ``gold`` does not end with."""
+    answer = answer.strip()
+    for quote in ('"', "'", "`", "**"):
+        if len(answer) > 2 * len(quote) and answer.startswith(quote) and answer.endswith(quote):
+            answer = answer[len(quote) : -len(quote)].strip()
+            break
+    if answer.endswith(".") and not gold.strip().endswith("."):
+        answer = answer[:-1].rstrip()
+    return answer
+
+
+def score(completion: str, gold: str | None, entry: dict) -> float | Unscored:
+    """The data set's verifier on the completion's answer (0.0 where there is none). A verifier that
+    raises, or returns something other than a finite number, leaves the completion
+    :class:`~podsrl.rewards.pool.Unscored` (0, counted in ``reward_timeouts``)."""
+    answer = answer_of(completion, gold)
+    if answer is None:
+        return 0.0
+    name = entry["dataset"]
+    try:
+        value = _verifier(name, entry["config"])(answer, entry["entry"])
+        value = float(value)
+    except Exception as e:  # noqa: BLE001 (the data set's code, on the model's answer)
+        return Unscored(f"the verifier of {name} raised {type(e).__name__}: {first_line(e)}")
+    if not math.isfinite(value):
+        return Unscored(f"the verifier of {name} returned {value}")
+    return value

@@ -1,0 +1,363 @@
+"""reasoning-gym as a task (``task.name=gym``): the seeded stream, a held-out set disjoint from it,
+the data sets' own verifiers as the reward (partial credit kept), the general selection rule on
+partial credit, and each bad input as one line."""
+
+import importlib.util
+import itertools
+import json
+import subprocess
+import sys
+import time
+from itertools import combinations
+
+import pytest
+import torch
+
+from conftest import REPO, subprocess_env
+from podsrl.advantages import group_advantages
+from podsrl.cli import main
+from podsrl.downsample import select
+from podsrl.errors import PodsError
+from podsrl.rewards import accuracy_reward
+from podsrl.rewards import pool as reward_pool
+from podsrl.rewards.scorer import Scorer
+from podsrl.tasks import load_task
+
+needs_gym = pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None,
+                               reason="reasoning-gym is not installed: pip install 'podsrl[gym]'")
+
+
+def wrong_by_one(gold: str) -> str:
+    return str(int(gold) + 1)
+
+
+def swap_first_two(gold: str) -> str:
+    words = gold.split(", ")
+    return ", ".join([words[1], words[0], *words[2:]])
+
+
+ROLES = [("knight", "knave"), ("pioneer", "laggard"), ("saint", "sinner"), ("hero", "villain"), ("angel", "devil"),
+         ("altruist", "egoist"), ("sage", "fool")]  # knights_knaves's pairs
+
+
+def one_role_flipped(gold: str) -> str:
+    """The first person's role swapped: the others still match (partial credit)."""
+    words = gold.split(" ")
+    for i, word in enumerate(words):
+        bare = word.strip(".,")
+        for a, b in ROLES:
+            if bare in (a, b):
+                words[i] = word.replace(bare, b if bare == a else a)
+                return " ".join(words)
+    raise AssertionError(f"no role in {gold!r}")
+
+
+def last_letter_changed(gold: str) -> str:
+    return gold[:-1] + ("a" if gold[-1] != "a" else "b")
+
+
+# (data set, kind, settings, a wrong answer made from the gold)
+DATASETS = [
+    ("chain_sum", "arithmetic", {"min_terms": 2, "max_terms": 3, "min_digits": 2, "max_digits": 2}, wrong_by_one),
+    ("letter_counting", "counting", {}, wrong_by_one),
+    ("spell_backward", "string", {}, last_letter_changed),
+    ("knights_knaves", "logic", {}, one_role_flipped),
+    ("word_sorting", "partial credit", {}, swap_first_two),
+]
+
+
+def task(name, settings=None, test_size=20, seed=0):
+    return load_task("gym", dataset=name, config=settings or {}, test_size=test_size, seed=seed)
+
+
+def verifier(name: str):
+    import reasoning_gym
+
+    return reasoning_gym.get_score_answer_fn(name)
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_error(code: int, err: str, message: str) -> None:
+    assert code == 2, err
+    lines = [l for l in err.strip().splitlines() if l.startswith("podsrl:")]
+    assert lines == [err.strip().splitlines()[-1]] and message in lines[0], err
+    assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- the task
+
+
+@needs_gym
+@pytest.mark.parametrize("name,kind,settings,wrong", DATASETS, ids=[d[0] for d in DATASETS])
+def test_stream_is_seeded_and_disjoint_from_the_held_out_set(name, kind, settings, wrong):
+    t = task(name, settings)
+    first = [p.question for p in itertools.islice(t.train(0), 30)]
+    assert first == [p.question for p in itertools.islice(task(name, settings).train(0), 30)]
+    assert first != [p.question for p in itertools.islice(t.train(1), 30)]
+    assert [p.question for p in t.test] == [p.question for p in task(name, settings).test]
+    assert [p.question for p in t.test] != [p.question for p in task(name, settings, seed=1).test]
+    held = {p.question for p in t.test}
+    assert len(held) == len(t.test) == 20  # distinct
+    assert not held & {p.question for p in itertools.islice(t.train(0), 2000)}
+    assert all(p.entry["dataset"] == name and p.entry["entry"]["question"] == p.question for p in t.test)
+
+
+@needs_gym
+@pytest.mark.parametrize("name,kind,settings,wrong", DATASETS, ids=[d[0] for d in DATASETS])
+def test_reward_is_the_verifier_on_gold_and_on_wrong_answers(name, kind, settings, wrong):
+    problems = task(name, settings, test_size=8).test
+    score = verifier(name)
+    for p in problems:
+        bad = wrong(p.answer)
+        completions = [f"<answer>{p.answer}</answer>", f"So the answer is {p.answer}" if p.answer.isdigit() else p.answer,
+                       f"<answer>{bad}</answer>", bad]
+        rewards = accuracy_reward(completions, [p.answer] * 4, [p.entry] * 4)
+        assert rewards[:2] == [1.0, 1.0], (p.answer, rewards)
+        assert rewards[2] == rewards[3] == score(bad, p.entry["entry"]) < 1.0, (bad, rewards)
+
+
+@needs_gym
+def test_partial_credit_is_kept():
+    p = task("knights_knaves", test_size=1).test[0]
+    flipped = one_role_flipped(p.answer)
+    reward = accuracy_reward([f"<answer>{flipped}</answer>"], [p.answer], [p.entry])[0]
+    people = p.answer.count(" is a")
+    assert 0.0 < reward < 1.0 and reward == pytest.approx(0.3 + 0.7 * (people - 1) / people)
+
+
+@needs_gym
+def test_held_out_accuracy_counts_full_credit_only():
+    from types import SimpleNamespace
+
+    from podsrl.evaluate import evaluate
+
+    problems = task("knights_knaves", test_size=4).test
+    texts = [f"<answer>{p.answer if i == 0 else one_role_flipped(p.answer)}</answer>" for i, p in enumerate(problems)]
+    engine = SimpleNamespace(generate=lambda prompts, n, temperature, tokens: SimpleNamespace(texts=texts))
+    result = evaluate(engine, SimpleNamespace(chat_template=None), problems, None, 8, keep=4)
+    assert result.accuracy == 0.25 and [s["correct"] for s in result.samples] == [True, False, False, False]
+
+
+@needs_gym
+def test_extraction_prefers_the_tags_then_the_answer_line_then_the_last_number():
+    from podsrl.tasks.gym import answer_of
+
+    assert answer_of("I think 3. <answer> 7 </answer> and 9", "7") == "7"  # reasoning-gym's tags first
+    assert answer_of("Answer: 12 apples, not 13", "12") == "13"  # a number asked: the answer line's last number
+    assert answer_of("There are 5 r's. So 4.", "4") == "4"
+    assert answer_of("olleh\nbecause I reversed it.", "olleh") == "olleh"  # a word asked: the first line
+    assert answer_of('Answer: "olleh."', "olleh") == "olleh"  # without the quotes and the period
+    assert answer_of("No.\n\nThe premises do not say.", "No") == "No"
+    assert answer_of("A is a knight.", "A is a knight.") == "A is a knight."  # a period the gold has stays
+    assert answer_of("  \n", "4") is None and answer_of("no digits here", "4") is None
+
+
+@needs_gym
+def test_a_completion_without_an_answer_scores_zero_without_the_verifier(monkeypatch):
+    from podsrl.tasks import gym
+
+    p = task("chain_sum", test_size=1).test[0]
+    monkeypatch.setattr(gym, "_verifier", lambda *a: pytest.fail("the verifier was called"))
+    assert accuracy_reward(["", "   \n", "no number at all"], [p.answer] * 3, [p.entry] * 3) == [0.0, 0.0, 0.0]
+
+
+@needs_gym
+def test_composite_draws_by_weight_and_scores_each_with_its_own_verifier():
+    t = load_task("gym", datasets=[{"name": "chain_sum", "weight": 3.0}, {"name": "letter_counting", "weight": 1.0,
+                                   "config": {"min_words": 3, "max_words": 6}}], test_size=20)
+    sources = [p.entry["dataset"] for p in itertools.islice(t.train(0), 800)]
+    assert set(sources) == {"chain_sum", "letter_counting"}
+    assert 0.68 < sources.count("chain_sum") / len(sources) < 0.82  # 3:1
+    gold = accuracy_reward([f"<answer>{p.answer}</answer>" for p in t.test], [p.answer for p in t.test],
+                           [p.entry for p in t.test])
+    assert gold == [1.0] * len(t.test)
+    assert json.loads(next(p for p in t.test if p.entry["dataset"] == "letter_counting").entry["config"]) == {
+        "max_words": 6, "min_words": 3}
+
+
+@needs_gym
+def test_the_stream_skips_held_out_questions_drawn_by_the_generator():
+    """A small space (2-digit sums: 16,200 questions) where the generator does draw held-out
+    questions; training never sees them."""
+    from podsrl.tasks import gym
+
+    settings = {"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2}
+    t = task("chain_sum", settings, test_size=100)
+    held = {p.question for p in t.test}
+    make = gym._generator([("chain_sum", 1.0, settings)])
+    raw = [p.question for p in itertools.islice(gym.generated(make, {"chain_sum": "{}"},
+                                                              gym.held_out_seed(0) + gym.HELD_OUT_SPAN), 3000)]
+    assert held & set(raw), "the generator would draw held-out questions"
+    kept = [p.question for p in itertools.islice(t.train(0), 3000)]
+    expected = [q for q in raw if q not in held]
+    assert kept[: len(expected)] == expected and not held & set(kept)
+    assert gym.overlap(t, 3000) == 0.0
+
+
+# --------------------------------------------------------------------------- non-binary rewards
+
+
+@needs_gym
+def test_max_variance_on_real_partial_credit_matches_brute_force():
+    """Theorem 1's rule (the k highest and the m - k lowest) on rewards of knights_knaves's and
+    spell_backward's verifiers, against every subset; the advantages normalised over the subset."""
+    groups = []
+    for name, variants in [
+        ("knights_knaves", lambda g: [g, one_role_flipped(g), g.replace("angel", "devil"), "nobody", g, one_role_flipped(g)]),
+        ("spell_backward", lambda g: [g, last_letter_changed(g), g[:2], g[::-1], "", g[:-2] + "zz"]),
+    ]:
+        for p in task(name, test_size=4).test:
+            completions = [f"<answer>{v}</answer>" for v in variants(p.answer)]
+            groups.append(accuracy_reward(completions, [p.answer] * 6, [p.entry] * 6))
+    rewards = torch.tensor(groups)  # [8, 6]
+    assert ((rewards > 0) & (rewards < 1)).any(dim=1).all(), "every group holds partial credit"
+    for m in (2, 3, 4, 5):
+        idx = select(rewards, m, "max_variance")
+        chosen = rewards.gather(1, idx)
+        for g in range(len(rewards)):
+            best = max(torch.stack([rewards[g, list(s)] for s in combinations(range(6), m)]).var(dim=1, unbiased=False))
+            assert chosen[g].var(unbiased=False) == pytest.approx(float(best), abs=1e-6)
+        adv = group_advantages(chosen)
+        expected = (chosen - chosen.mean(1, keepdim=True)) / (chosen.std(1, keepdim=True) + 1e-4)
+        constant = chosen.max(1).values == chosen.min(1).values
+        assert torch.allclose(adv[~constant], expected[~constant], atol=1e-6) and (adv[constant] == 0).all()
+
+
+# --------------------------------------------------------------------------- failures are bounded
+
+
+@needs_gym
+@pytest.mark.parametrize("behaviour", ["raises", "hangs", "returns nan"])
+def test_a_failing_verifier_costs_only_its_completion(monkeypatch, behaviour):
+    from podsrl.tasks import gym
+
+    p = task("chain_sum", test_size=1).test[0]
+    real = gym._verifier(p.entry["dataset"], p.entry["config"])
+
+    def broken(answer, entry):
+        if answer == "13":
+            if behaviour == "raises":
+                raise ValueError("cannot parse")
+            if behaviour == "hangs":
+                time.sleep(60)
+            return float("nan")
+        return real(answer, entry)
+
+    reward_pool.shutdown()  # the workers fork with the broken verifier
+    monkeypatch.setattr(gym, "_verifier", lambda *a: broken)
+    try:
+        scorer = Scorer({"accuracy": accuracy_reward}, [1.0], workers=1, timeout=0.5)
+        step = scorer.start({"prompts": ["p"], "answer": [p.answer], "entry": [p.entry]}, 2)
+        start = time.perf_counter()
+        step.add(0, [p.answer, "13"], [[1], [2]])
+        result = step.result()
+        assert time.perf_counter() - start < 10
+        assert result.rewards.tolist() == [[1.0, 0.0]] and result.timeouts == 1
+    finally:
+        reward_pool.configure()  # the pool's defaults again, for the tests that follow
+        reward_pool.shutdown()
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@needs_gym
+@pytest.mark.parametrize("overrides,message", [
+    (["task.dataset=chain_sums"], "unknown reasoning-gym data set 'chain_sums'; closest: chain_sum"),
+    (["task.dataset=chain_sum", "task.config.max_term=3"], "chain_sum has no setting max_term; its settings: min_terms, max_terms"),
+    (["task.dataset=chain_sum", "task.config.min_terms=4", "task.config.max_terms=3"], "chain_sum rejects task.config"),
+    (["task.dataset=chain_sum", "task.config.seed=3"], "podsrl sets those"),
+    (["task.dataset=count_bits", "task.config.max_n=255"], "too few distinct questions for task.test_size=200"),
+    (["task.dataset=chain_sum", "task.config={min_terms: 2, max_terms: 2, min_digits: 2, max_digits: 2}", "task.test_size=500"],
+     "of what the generator draws (measured on 1000 draws; at most 1%)"),
+    (["task.datasets=[{name: chain_sum}, {name: gdc}]"], "unknown reasoning-gym data set 'gdc'; closest: gcd"),
+    (["task.datasets=[{name: chain_sum, weight: 0}]"], "task.datasets[0]: weight must be a number > 0"),
+    (["task.dataset=chain_sum", "task.datasets=[{name: gcd}]"], "task.dataset (one data set) or task.datasets"),
+])
+def test_bad_gym_input_is_one_line(capsys, tmp_path, overrides, message):
+    code, _, err = cli(capsys, "eval", "task.name=gym", *overrides)
+    assert_one_error(code, err, message)
+
+
+def test_without_the_extra_gym_is_one_line_naming_the_install(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import reasoning_gym raises ImportError
+    code, _, err = cli(capsys, "train", "task.name=gym", "task.dataset=chain_sum", f"output_dir={tmp_path / 'out'}")
+    assert_one_error(code, err, "task.name=gym needs reasoning-gym, which is not installed: pip install 'podsrl[gym]'")
+    assert not (tmp_path / "out").exists()
+    code, out, _ = cli(capsys, "tasks")
+    assert code == 0 and "gym " in out and "pip install 'podsrl[gym]'" in out
+
+
+@needs_gym
+def test_tasks_lists_the_built_in_tasks_and_the_gym_data_sets(capsys):
+    code, out, _ = cli(capsys, "tasks")
+    assert code == 0
+    assert all(f"{name} " in out for name in ("arithmetic", "gsm8k", "math500", "gym"))
+    for name in ("chain_sum", "letter_counting", "knights_knaves", "spell_backward"):
+        assert name in out
+
+
+def test_gym_keys_are_refused_on_other_tasks(capsys):
+    code, _, err = cli(capsys, "config", "task.dataset=chain_sum")
+    assert_one_error(code, err, "task.dataset, task.config and task.datasets are gym's")
+
+
+def test_generator_settings_changed_or_dropped_are_config_changes():
+    from podsrl.config import config_changes, load_config, to_dict
+
+    run = load_config(None, ["task.name=gym", "task.dataset=chain_sum", "task.config.max_terms=3", "task.config.min_terms=2"])
+    resumed = load_config(None, ["task.name=gym", "task.dataset=chain_sum", "task.config.max_terms=4"])
+    assert config_changes(to_dict(run), resumed) == ["task.config.max_terms: 3 -> 4", "task.config.min_terms: 2 -> unset"]
+    assert config_changes(to_dict(run), run) == []
+
+
+@needs_gym
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("gym_*.yaml")), ids=lambda p: p.name)
+def test_candidate_configs_are_grpo_on_500_held_out_problems_within_the_overlap_bound(path):
+    from podsrl.config import load_config
+    from podsrl.tasks import task_from_config
+
+    c = load_config(str(path))
+    assert (c.mode, c.n, c.m, c.prompts_per_step, c.task.name) == ("grpo", 8, 8, 4, "gym")
+    assert len(task_from_config(c.task, c.seed).test) == c.task.test_size >= 500  # built: not refused
+
+
+# --------------------------------------------------------------------------- training
+
+
+@needs_gym
+def test_training_scores_gym_problems_with_their_verifier(tiny_config):
+    from podsrl.trainer import train
+
+    c = tiny_config("task.name=gym", "task.dataset=letter_counting", "rewards=[accuracy]", "log_completions=8")
+    out = train(c)
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "reward_mean" in r] == [1, 2]
+    assert all(r["reward_timeouts"] == 0 for r in rows if "reward_mean" in r)
+    logged = [json.loads(l) for l in (out / "completions.jsonl").read_text().splitlines()]
+    score = verifier("letter_counting")
+    from podsrl.tasks.gym import answer_of
+
+    for row in logged:  # the logged reward is the verifier's on the extracted answer
+        answer = answer_of(row["completion"], row["answer"])
+        expected = 0.0 if answer is None else score(answer, {"answer": row["answer"], "metadata": {}})
+        assert row["reward"] == pytest.approx(expected)
+
+
+@needs_gym
+@pytest.mark.slow
+def test_train_on_a_gym_task_end_to_end_on_the_embedded_model(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "podsrl", "train", str(REPO / "configs" / "smoke.yaml"), "task.name=gym",
+         "task.dataset=chain_sum", "task.config={min_terms: 2, max_terms: 2, min_digits: 2, max_digits: 3}",
+         "steps=2", f"output_dir={tmp_path / 'run'}"],
+        capture_output=True, text=True, cwd=tmp_path, env={**subprocess_env(), "HF_HUB_OFFLINE": "1"}, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "gym chain_sum: 8 held-out problems" in result.stderr
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 2 and 0.0 <= rows[-1]["eval_accuracy"] <= 1.0
