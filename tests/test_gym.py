@@ -138,7 +138,7 @@ def test_held_out_accuracy_counts_full_credit_only():
 
     problems = task("knights_knaves", test_size=4).test
     texts = [f"<answer>{p.answer if i == 0 else one_role_flipped(p.answer)}</answer>" for i, p in enumerate(problems)]
-    engine = SimpleNamespace(generate=lambda prompts, n, temperature, tokens: SimpleNamespace(texts=texts))
+    engine = SimpleNamespace(generate=lambda prompts, n, temperature, tokens, **_: SimpleNamespace(texts=texts))
     result = evaluate(engine, SimpleNamespace(chat_template=None), problems, None, 8, keep=4)
     assert result.accuracy == 0.25 and [s["correct"] for s in result.samples] == [True, False, False, False]
 
@@ -251,7 +251,7 @@ def test_a_failing_verifier_costs_only_its_completion(monkeypatch, behaviour):
     reward_pool.shutdown()  # the workers fork with the broken verifier
     monkeypatch.setattr(gym, "_verifier", lambda *a: broken)
     try:
-        scorer = Scorer({"accuracy": accuracy_reward}, [1.0], workers=1, timeout=0.5)
+        scorer = Scorer({"accuracy": accuracy_reward}, [1.0], workers=1, timeout=0.5, wall_timeout=0.5)
         step = scorer.start({"prompts": ["p"], "answer": [p.answer], "entry": [p.entry]}, 2)
         start = time.perf_counter()
         step.add(0, [p.answer, "13"], [[1], [2]])

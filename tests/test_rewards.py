@@ -270,7 +270,7 @@ def test_evaluate_counts_stated_results_and_keeps_the_first_completions():
                "9 - 4 =": "9 - 4 = 5", "2 + 2 =": "The answer is 5."}
 
     class Engine:
-        def generate(self, prompts, n, temperature, max_new_tokens):
+        def generate(self, prompts, n, temperature, max_new_tokens, **_):
             return SimpleNamespace(texts=[answers[p.strip()] for p in prompts])
 
     result = evaluate(Engine(), SimpleNamespace(chat_template=None), problems, None, 16, keep=3)
