@@ -155,12 +155,10 @@ def save_checkpoint(s, step: int, keep: int = 1, with_optimizer: bool = True) ->
     error = _on_every_rank(acc, error)
     state_dict = acc.get_state_dict(s.model)  # whole on the main process, also under FSDP
     optimizer = None
-    if not with_optimizer:
-        pass
-    elif sharding.is_deepspeed(acc):  # every rank writes its partition of the optimizer state
+    if with_optimizer and sharding.is_deepspeed(acc):  # every rank writes its partition of the optimizer state
         if error is None:
             s.model.save_checkpoint(str(tmp / DEEPSPEED), tag=DEEPSPEED_TAG, exclude_frozen_parameters=True)
-    else:
+    elif with_optimizer:
         optimizer = optimizer_state(s.model, s.optimizer)
     acc.wait_for_everyone()
     if acc.is_main_process and error is None:
