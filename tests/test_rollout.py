@@ -12,7 +12,8 @@ import torch
 
 from podsrl import models
 from podsrl.rollout import hf
-from podsrl.rollout.hf import HFEngine, choose_decoder, mask_after_eos, row_seed_tensor, row_uniforms, sample_rows
+from podsrl.rollout.hf import (HFEngine, choose_decoder, mask_after_eos, row_seed_tensor, row_uniforms, sample_rows,
+                               shared_prefix_length)
 
 
 def exact_model(folder):
@@ -83,6 +84,48 @@ def test_loop_decoder_matches_generate(tiny_model_dir, share):
     assert torch.equal(loop.completion_mask, gen.completion_mask)
     greedy = [HFEngine(model, tok, decoder=d, **kw).generate(prompts, 1, 0.0, 8) for d in ("loop", "generate")]
     assert torch.equal(greedy[0].completion_ids, greedy[1].completion_ids)
+
+
+def test_shared_prefix_length_of_left_padded_prompts():
+    # rows right-aligned; 0 is padding. Worked by hand: every row starts 7 8, the third row's
+    # third token differs; the shortest row (4 tokens) may share at most 3
+    ids = torch.tensor([[0, 0, 7, 8, 9, 5], [7, 8, 9, 4, 4, 4], [0, 0, 7, 8, 3, 5]])
+    mask = (torch.arange(6) >= torch.tensor([[2], [0], [2]])).long()
+    assert shared_prefix_length(ids, mask) == 2
+    assert shared_prefix_length(ids[:2], mask[:2]) == 3  # 7 8 9, and the short row keeps its last token
+    same = torch.tensor([[7, 8, 9], [7, 8, 9]])
+    assert shared_prefix_length(same, torch.ones_like(same)) == 2  # never the last token
+    assert shared_prefix_length(torch.tensor([[0, 7], [7, 7]]), torch.tensor([[0, 1], [1, 1]])) == 0
+
+
+CHAT_LIKE = ["<s>system: answer with a number. user: 1 + 1 = assistant:",
+             "<s>system: answer with a number. user: what is 12 - 5 then? assistant:",
+             "<s>system: answer with a number. user: 3 = assistant:"]
+
+
+@pytest.mark.parametrize("n,temperature", [(1, 0.0), (3, 1.0)])
+def test_a_shared_prefix_is_prefilled_once_and_changes_no_token(tiny_model_dir, n, temperature):
+    """Prompts that start alike (a chat template, a system prompt): the common start is one row of
+    the first forward, the rest of each prompt the second, no prefill forward computes logits past
+    the last position, and the rollouts are those of transformers' generate on the whole prompts."""
+    tok = models.load_tokenizer(tiny_model_dir)
+    model = exact_model(tiny_model_dir)
+    common = shared_prefix_length(*tok(CHAT_LIKE, return_tensors="pt", padding=True, add_special_tokens=False).values())
+    assert common >= 8
+    forwards, head_rows = [], []
+    model.register_forward_pre_hook(lambda m, a, k: forwards.append(tuple(k["input_ids"].shape)), with_kwargs=True)
+    model.lm_head.register_forward_pre_hook(lambda m, a: head_rows.append(a[0].shape[1]))
+    seeds = [4, 5, 6]
+    loop = HFEngine(model, tok, batch_size=16, decoder="loop").generate(CHAT_LIKE, n, temperature, 8, seeds=seeds)
+    assert forwards[0] == (1, common)  # the prefix, once
+    assert forwards[1][0] == 3 and forwards[1][1] < max(len(tok(p).input_ids) for p in CHAT_LIKE) - common
+    assert all(r == 1 for r in head_rows)  # one position's logits per forward
+    gen = HFEngine(model, tok, batch_size=16, decoder="generate").generate(CHAT_LIKE, n, temperature, 8, seeds=seeds)
+    assert torch.equal(loop.completion_ids, gen.completion_ids) and loop.texts == gen.texts
+    alone = [HFEngine(model, tok, decoder="loop").generate([p], n, temperature, 8, seeds=[s]) for p, s in zip(CHAT_LIKE, seeds)]
+    for i, one in enumerate(alone):
+        width = one.completion_ids.shape[1]
+        assert torch.equal(one.completion_ids, loop.completion_ids[i * n : (i + 1) * n, :width])
 
 
 def test_loop_decoder_stops_rows_at_their_end(tiny_model_dir):

@@ -81,6 +81,20 @@ def row_seed_tensor(seeds: list[int]) -> torch.Tensor:
     return torch.tensor([s % 2**63 for s in seeds], dtype=torch.int64)
 
 
+def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
+    """Tokens that every left-padded prompt of ``ids`` ``[B, P]`` starts with, leaving each prompt
+    at least its last token (the first decoding step's input). Since the rows are right-aligned,
+    a row's k-th token is at column ``P - length + k``."""
+    lengths = mask.sum(1)
+    shortest = int(lengths.min()) - 1
+    if shortest < 1:
+        return 0
+    columns = (ids.shape[1] - lengths)[:, None] + torch.arange(shortest, device=ids.device)  # [B, shortest]
+    starts = ids.gather(1, columns)
+    same = (starts == starts[:1]).all(0)
+    return int(same.long().cumprod(0).sum())
+
+
 class RowSampler(LogitsProcessor):
     """:func:`sample_rows` as a logits processor for ``generate``: returns a one-hot score, so it
     runs under greedy decoding. ``prompt_width`` is the (padded) prompt length of the call, so that
@@ -175,10 +189,16 @@ class HFEngine:
                 ids, mask = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
                                            row_seeds[rows], cache_implementation="static")
             else:
-                cache = self._prompt_cache(enc["input_ids"][first : first + per_call].to(device),
-                                           enc["attention_mask"][first : first + per_call].to(device), n)
-                decode = self._decode if decoder == "loop" and hasattr(cache, "batch_select_indices") else self._generate
-                ids, mask = decode(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens, row_seeds[rows], cache)
+                chunk = (enc["input_ids"][first : first + per_call].to(device),
+                         enc["attention_mask"][first : first + per_call].to(device))
+                cache, cache_mask = self._prompt_cache(*chunk, n, share_prefix=decoder == "loop")
+                if decoder == "loop" and hasattr(cache, "batch_select_indices"):
+                    ids, mask = self._decode(prompt_ids[rows], cache_mask, temperature, max_new_tokens, row_seeds[rows], cache)
+                else:
+                    if decoder == "loop" and cache is not None:  # a cache that cannot drop rows: generate
+                        cache, _ = self._prompt_cache(*chunk, n)  # from one without a shared prefix
+                    ids, mask = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
+                                               row_seeds[rows], cache)
             chunks.append((ids, mask))
             texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
             if on_chunk is not None:
@@ -189,21 +209,40 @@ class HFEngine:
         completion_mask = torch.cat([F.pad(mask, (0, width - mask.shape[1]), value=0) for _, mask in chunks])
         return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, texts)
 
-    def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int):
-        """The KV cache of all but the last token of each prompt, repeated for its n rollouts: each
-        prompt is prefilled once, not n times (``share_prompt_cache=False``: n times). None for
-        one-token prompts, or a cache type that cannot be repeated."""
+    def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int, share_prefix: bool = False):
+        """The KV cache of all but the last token of each (left-padded) prompt, repeated for its n
+        rollouts, and the attention mask ``[B * n, L]`` of the cache's positions plus the last
+        token. Each prompt is prefilled once, not n times (``share_prompt_cache=False``: n times).
+        ``share_prefix``: the tokens every prompt of the batch starts with (a chat template and a
+        system prompt, say) are prefilled once, as one row; a row's mask is then that prefix, its
+        padding, then the rest of its prompt, and its positions skip the padding, so attention and
+        positions are those of the prompt alone. The cache is None for one-token prompts, or a
+        cache type that cannot be repeated."""
         if ids.shape[1] < 2:
-            return None
+            return None, mask.repeat_interleave(n, 0)
         if not self.share_prompt_cache:
             ids, mask, n = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), 1
-        out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=position_ids(mask)[:, :-1], use_cache=True)
-        cache = getattr(out, cache_kwarg())
+        common = shared_prefix_length(ids, mask) if share_prefix and self.share_prompt_cache and len(ids) > 1 else 0
+        cache = None
+        if common:
+            start = ids.shape[1] - int(mask[0].sum())  # the first row's padding
+            out = self.model(input_ids=ids[:1, start : start + common], use_cache=True, logits_to_keep=1)
+            cache = getattr(out, cache_kwarg())
+            if not hasattr(cache, "batch_repeat_interleave"):
+                return self._prompt_cache(ids, mask, n)
+            cache.batch_repeat_interleave(len(ids))
+            ids, rest = ids[:, common:].masked_fill(mask[:, :-common] == 0, self.tokenizer.pad_token_id), mask[:, :-common]
+            mask = torch.cat([torch.ones_like(mask[:, :common]), rest], 1)
+        if ids.shape[1] > 1:  # the rest of the prompts but their last token
+            out = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1],
+                             position_ids=position_ids(mask)[:, common:-1], use_cache=True, logits_to_keep=1,
+                             **{cache_kwarg(): cache})
+            cache = getattr(out, cache_kwarg())
         if n > 1:
             if not hasattr(cache, "batch_repeat_interleave"):
-                return None
+                return None, mask.repeat_interleave(n, 0)
             cache.batch_repeat_interleave(n)
-        return cache
+        return cache, mask.repeat_interleave(n, 0)
 
     def _decode(self, ids, mask, temperature, max_new_tokens, seeds, cache) -> tuple[torch.Tensor, torch.Tensor]:
         """Token by token from the last prompt token on. Rows that have ended leave the batch (and
