@@ -1,0 +1,206 @@
+"""Choosing the benchmark task by GRPO's curve alone, before any PODS run on it.
+
+    python benchmarks/task_selection.py run [--jobs 2] [--stage lr|seeds]
+    python benchmarks/task_selection.py report          # writes benchmarks/results/task_selection/
+
+The protocol, fixed before the first run (docs/experiments/task_selection.md gives it in prose):
+
+- Candidates (:data:`CANDIDATES`): tasks whose step-0 greedy pass@1 on the embedded model lies in
+  0.03-0.4 (docs/gym.md): two-digit ``+ -`` arithmetic, reasoning-gym's letter_counting at 3-5
+  words and chain_sum at its default difficulty, each from its committed config.
+- GRPO only: n = m = 8, 4 prompts a step, 60 optimizer steps, greedy evaluation on 500 held-out
+  problems at step 0 and every 5 steps; one OpenMP thread per run (``threads=1``), so that a run's
+  numbers depend on the CPU's kind, not on its load or on another run beside it.
+- Learning rate from the grid :data:`LRS`, on seed 0 (stage ``lr``): per candidate, the rate whose
+  curve meets more of the three conditions below, ties to the larger total gain. Then seeds 1 and 2
+  at that rate (stage ``seeds``).
+- The choice, on each candidate's seed-mean curve at its rate (3 seeds): the peak comes at step 30
+  or later; no single evaluation interval carries more than half of the gain from step 0 to the
+  peak; the peak is at most 0.9. Among the candidates meeting all three, the one whose curve keeps
+  rising longest (the latest peak; ties to the larger gain). If none meets all three, none is
+  chosen and the report says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "task_selection"
+RUNS = ROOT / "runs" / "task_selection"  # full run folders (models, logs); only metrics are kept
+CANDIDATES = {  # name: config file
+    "arithmetic_2digit": "configs/arithmetic_2digit.yaml",
+    "letter_counting": "configs/gym_letter_counting.yaml",
+    "chain_sum": "configs/gym_chain_sum.yaml",
+}
+LRS = ["1e-5", "3e-5"]
+STEPS, EVAL_EVERY, SEEDS = 60, 5, (0, 1, 2)
+SETTINGS = ["mode=grpo", "n=8", "m=8", "prompts_per_step=4", f"steps={STEPS}", f"eval_every={EVAL_EVERY}",
+            "task.test_size=500", "threads=1", "progress=false"]
+
+
+def result_dir(candidate: str, lr: str, seed: int) -> Path:
+    return RESULTS / candidate / f"lr{lr}" / f"seed-{seed}"
+
+
+def curve(candidate: str, lr: str, seed: int) -> dict[int, float] | None:
+    """Held-out accuracy by step of a finished run, or None."""
+    path = result_dir(candidate, lr, seed) / "metrics.jsonl"
+    if not path.exists():
+        return None
+    points = {r["eval_step"]: r["eval_accuracy"] for r in map(json.loads, path.read_text().splitlines())
+              if "eval_accuracy" in r}
+    return points if STEPS in points else None
+
+
+def train(candidate: str, lr: str, seed: int) -> str:
+    """One run; its metrics and config are copied under RESULTS, the rest is deleted."""
+    if curve(candidate, lr, seed) is not None:
+        return f"{candidate} lr={lr} seed={seed}: done before"
+    out = RUNS / candidate / f"lr{lr}" / f"seed-{seed}"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "podsrl", "train", CANDIDATES[candidate], *SETTINGS, f"lr={lr}", f"seed={seed}",
+           f"output_dir={out}"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"{candidate} lr={lr} seed={seed}: failed ({done.returncode}): {done.stderr.strip()[-500:]}"
+    keep = result_dir(candidate, lr, seed)
+    keep.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.jsonl", "config.yaml"):
+        shutil.copy(out / name, keep / name)
+    shutil.rmtree(out)
+    points = curve(candidate, lr, seed)
+    return f"{candidate} lr={lr} seed={seed}: " + " ".join(f"{s}:{a:.3f}" for s, a in sorted(points.items()))
+
+
+def conditions(points: dict[int, float]) -> dict:
+    """The three conditions on one curve (step -> accuracy)."""
+    steps = sorted(points)
+    peak_step = max(steps, key=lambda s: (points[s], -s))  # the first step at the highest accuracy
+    gain = points[peak_step] - points[0]
+    rises = [points[b] - points[a] for a, b in zip(steps, steps[1:]) if b <= peak_step]
+    largest = max(rises, default=0.0)
+    return {
+        "peak": points[peak_step], "peak_step": peak_step, "start": points[0], "gain": gain,
+        "largest_interval_share": largest / gain if gain > 0 else None,
+        "peak_late": peak_step >= 30,
+        "gradual": gain > 0 and largest <= gain / 2,
+        "below_ceiling": points[peak_step] <= 0.9,
+    }
+
+
+def met(c: dict) -> int:
+    return c["peak_late"] + c["gradual"] + c["below_ceiling"]
+
+
+def chosen_lr(candidate: str) -> str | None:
+    """The grid's rate for a candidate from its seed-0 runs (None until they have all finished)."""
+    curves = {lr: curve(candidate, lr, 0) for lr in LRS}
+    if any(points is None for points in curves.values()):
+        return None
+    scored = {lr: conditions(points) for lr, points in curves.items()}
+    return max(LRS, key=lambda lr: (met(scored[lr]), scored[lr]["gain"]))
+
+
+def seed_mean(candidate: str, lr: str) -> dict[int, float] | None:
+    curves = [curve(candidate, lr, seed) for seed in SEEDS]
+    if any(points is None for points in curves):
+        return None
+    return {step: sum(points[step] for points in curves) / len(curves) for step in sorted(curves[0])}
+
+
+def run(args) -> None:
+    if args.stage == "lr":
+        jobs = [(cand, lr, 0) for lr in LRS for cand in CANDIDATES]
+    else:
+        jobs = []
+        for cand in CANDIDATES:
+            lr = chosen_lr(cand)
+            if lr is None:
+                print(f"{cand}: the lr stage has not finished", flush=True)
+                continue
+            jobs += [(cand, lr, seed) for seed in SEEDS if seed != 0]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for line in pool.map(lambda job: train(*job), jobs):
+            print(line, flush=True)
+
+
+def report(_args) -> None:
+    rows, summary = [], {"protocol": __doc__, "candidates": {}}
+    for cand in CANDIDATES:
+        entry = summary["candidates"][cand] = {"runs": {}}
+        for lr in LRS:
+            for seed in SEEDS:
+                points = curve(cand, lr, seed)
+                if points is not None:
+                    entry["runs"][f"lr={lr} seed={seed}"] = {"curve": points, **conditions(points)}
+        lr = chosen_lr(cand)
+        entry["lr"] = lr
+        mean = seed_mean(cand, lr) if lr else None
+        if mean is not None:
+            entry["seed_mean"] = {"curve": mean, **conditions(mean)}
+            entry["meets_all"] = met(entry["seed_mean"]) == 3
+    finished = [c for c, e in summary["candidates"].items() if "seed_mean" in e]
+    eligible = [c for c in finished if summary["candidates"][c]["meets_all"]]
+    summary["chosen"] = (max(eligible, key=lambda c: (summary["candidates"][c]["seed_mean"]["peak_step"],
+                                                      summary["candidates"][c]["seed_mean"]["gain"]))
+                         if eligible and len(finished) == len(CANDIDATES) else None)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    lines = ["| candidate | lr | curve | start | peak (step) | largest interval / gain | late | gradual | <= 0.9 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for cand, entry in summary["candidates"].items():
+        for label, r in [*entry["runs"].items(), *([("seed mean", entry["seed_mean"])] if "seed_mean" in entry else [])]:
+            share = "n/a" if r["largest_interval_share"] is None else f"{r['largest_interval_share']:.2f}"
+            lines.append(f"| {cand} | {label} | {' '.join(f'{a:.2f}' for _, a in sorted(r['curve'].items()))} | "
+                         f"{r['start']:.3f} | {r['peak']:.3f} ({r['peak_step']}) | {share} | "
+                         f"{'yes' if r['peak_late'] else 'no'} | {'yes' if r['gradual'] else 'no'} | "
+                         f"{'yes' if r['below_ceiling'] else 'no'} |")
+    lines.append(f"\nchosen: {summary['chosen'] or 'none yet' if len(finished) < len(CANDIDATES) else summary['chosen'] or 'none meets all three'}")
+    (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    plot(summary)
+
+
+def plot(summary: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CANDIDATES), figsize=(5 * len(CANDIDATES), 3.6), sharey=True)
+    for ax, (cand, entry) in zip(axes, summary["candidates"].items()):
+        for label, r in entry["runs"].items():
+            steps = sorted(r["curve"])
+            ax.plot(steps, [r["curve"][s] for s in steps], alpha=0.45, label=label)
+        if "seed_mean" in entry:
+            m = entry["seed_mean"]["curve"]
+            ax.plot(sorted(m), [m[s] for s in sorted(m)], "k-", lw=2, label=f"seed mean, lr={entry['lr']}")
+        ax.set_title(cand)
+        ax.set_xlabel("optimizer step")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("greedy pass@1, 500 held-out")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "curves.png", dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--jobs", type=int, default=2)
+    r.add_argument("--stage", choices=["lr", "seeds"], default="lr")
+    r.set_defaults(func=run)
+    sub.add_parser("report").set_defaults(func=report)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
