@@ -6,6 +6,7 @@ import re
 import shutil
 
 import pytest
+import yaml
 
 from conftest import REPO, last_wins
 from podsrl.compare import bootstrap_speedup, parse_methods, summarise, write_reports
@@ -37,22 +38,22 @@ def test_summary_hand_computed(tmp_path):
     write_run(tmp_path / "pods-part" / "seed-1", [(0, 0.1), (5, 0.42), (8, 0.5)])
     s = summarise(tmp_path, ["grpo", "pods", "grpo-ga", "pods-part"], 2)
     part = s["methods"]["pods-part"]
-    assert part["grpo_peak_accuracy_same_seeds"] == pytest.approx(0.4)
-    assert part["time_to_grpo_peak_s"] == 5 and part["speedup_vs_grpo"] == pytest.approx(2.0)
-    assert s["methods"]["pods"]["grpo_peak_accuracy_same_seeds"] == pytest.approx(0.45)
+    assert part["reference_peak_accuracy_same_seeds"] == pytest.approx(0.4)
+    assert part["time_to_reference_peak_s"] == 5 and part["speedup_vs_reference"] == pytest.approx(2.0)
+    assert s["methods"]["pods"]["reference_peak_accuracy_same_seeds"] == pytest.approx(0.45)
     pods, grpo, ga = s["methods"]["pods"], s["methods"]["grpo"], s["methods"]["grpo-ga"]
     # per seed, against the same seed's GRPO
-    assert [p["speedup_vs_grpo"] for p in pods["per_seed"]] == [4.0, 0.5]
-    assert [p["time_to_grpo_peak_s"] for p in ga["per_seed"]] == [None, 50]
-    assert pods["spread"]["speedup_vs_grpo_per_seed_mean"] == pytest.approx(2.25)
-    assert ga["seeds_reaching_grpo_peak"] == 1 and ga["spread"]["speedup_vs_grpo_per_seed_mean"] is None
+    assert [p["speedup_vs_reference"] for p in pods["per_seed"]] == [4.0, 0.5]
+    assert [p["time_to_reference_peak_s"] for p in ga["per_seed"]] == [None, 50]
+    assert pods["spread"]["speedup_vs_reference_per_seed_mean"] == pytest.approx(2.25)
+    assert ga["seeds_reaching_reference_peak"] == 1 and ga["spread"]["speedup_vs_reference_per_seed_mean"] is None
     # seed-mean curves: GRPO (up to 20 s, its shorter seed) is 0.15, 0.45, 0.45 at 0, 10, 20 s,
     # so its peak is 0.45, first at 10 s. PODS (up to 10 s) is 0.15, 0.35, 0.40: never 0.45.
     # GRPO-GA is 0.15 then 0.45 at 50 s: speed-up 10 / 50.
-    assert s["grpo_peak_accuracy"] == pytest.approx(0.45) and s["grpo_time_to_peak_s"] == 10
-    assert grpo["time_to_grpo_peak_s"] == 10 and grpo["speedup_vs_grpo"] == 1.0
-    assert pods["time_to_grpo_peak_s"] is None and pods["speedup_vs_grpo"] is None
-    assert ga["time_to_grpo_peak_s"] == 50 and ga["speedup_vs_grpo"] == pytest.approx(0.2)
+    assert s["reference_peak_accuracy"] == pytest.approx(0.45) and s["reference_time_to_peak_s"] == 10
+    assert grpo["time_to_reference_peak_s"] == 10 and grpo["speedup_vs_reference"] == 1.0
+    assert pods["time_to_reference_peak_s"] is None and pods["speedup_vs_reference"] is None
+    assert ga["time_to_reference_peak_s"] == 50 and ga["speedup_vs_reference"] == pytest.approx(0.2)
     assert pods["peak_accuracy"] == pytest.approx((0.7 + 0.45) / 2)
     assert grpo["per_seed"][0]["generation_s_per_step"] == 1.5 and grpo["per_seed"][0]["update_peak_memory_mb"] == 120
     assert grpo["per_seed"][0]["scoring_s_per_step"] == pytest.approx(0.15) and grpo["scoring_s_per_step"] == pytest.approx(0.15)
@@ -61,15 +62,20 @@ def test_summary_hand_computed(tmp_path):
     assert "| pods | 0.575" in table and "| grpo-ga |" in table and "| 4.00, 0.50 |" in table
     assert "pods-part (seeds 1: GRPO's peak 0.400)" in table
     assert "| score s/step |" in table and "| 20.0 | 1.5 | 0.15 | 4.0 | 120 |" in table
-    # on the steps axis (evaluations at steps 0, 1, 2, ...): GRPO seed 0 reaches its peak 0.6 at
-    # step 2, PODS at step 1; seed-mean step curves: GRPO 0.15, 0.45, 0.45 (peak 0.45 at step 1),
-    # PODS 0.15, 0.525 (reaching it at step 1, where on the time axis it never does), GRPO-GA 0.15, 0.45
-    assert [p["steps_to_grpo_peak"] for p in pods["per_seed"]] == [1, 1] and grpo["steps_to_grpo_peak"] == 1
-    assert pods["steps_to_grpo_peak"] == 1 and ga["steps_to_grpo_peak"] == 1 and ga["step_speedup_vs_grpo"] == 1.0
+    # on the steps axis (evaluations at steps 0, 1, 2, ...), linear between evaluations: GRPO seed 0
+    # reaches its peak 0.6 at step 2, PODS at step 1 (evaluated 0.6 there); GRPO seed 1 peaks at 0.4
+    # at step 1, PODS seed 1 goes 0.1 -> 0.45 over step 0-1, so reaches 0.4 at 0.3 / 0.35 = 0.857.
+    # Seed-mean step curves: GRPO 0.15, 0.45, 0.45 (peak 0.45 at step 1), PODS 0.15, 0.525 (reaching
+    # 0.45 at 0.3 / 0.375 = 0.8, where on the time axis it never does), GRPO-GA 0.15, 0.45 (step 1)
+    assert [p["steps_to_reference_peak"] for p in pods["per_seed"]] == pytest.approx([1, 0.3 / 0.35])
+    assert [p["step_ratio_vs_reference"] for p in pods["per_seed"]] == pytest.approx([0.5, 0.3 / 0.35])
+    assert grpo["steps_to_reference_peak"] == 1 and grpo["step_ratio_vs_reference"] == 1.0
+    assert pods["steps_to_reference_peak"] == pytest.approx(0.8) and pods["step_ratio_vs_reference"] == pytest.approx(0.8)
+    assert ga["steps_to_reference_peak"] == 1 and ga["step_ratio_vs_reference"] == 1.0
     assert grpo["per_seed"][0]["rollouts_per_step"] == 24 and pods["per_seed"][0]["rollouts_per_step"] == 16
-    assert "| 1 (1.00x) | 24 |" in table
+    assert "| 1.0 | 1.00 [1.00–1.00] | 24 |" in table and "| 0.8 | 0.80 [" in table
     assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
-    assert json.loads((tmp_path / "summary.json").read_text())["methods"]["grpo-ga"]["speedup_vs_grpo"] == pytest.approx(0.2)
+    assert json.loads((tmp_path / "summary.json").read_text())["methods"]["grpo-ga"]["speedup_vs_reference"] == pytest.approx(0.2)
 
 
 def test_sampler_statistics_per_step_and_the_zero_advantage_share():
@@ -134,6 +140,46 @@ def test_compare_runs_resumes_and_extends(tiny_model_dir, tmp_path):
     run_all(None, args, ["grpo,pods"], 1, 4 * spent / 60, out, 0.2, keep="checkpoint")
     assert (out / "pods" / "seed-0" / "metrics.jsonl").read_text() == metrics
     assert not (out / "pods" / "seed-0" / "checkpoints").exists()
+
+
+def test_a_step_budget_evaluates_every_method_at_the_same_steps_against_another_reference(tiny_model_dir, tmp_path):
+    from podsrl.compare import recorded_reference, run_all
+
+    args = [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
+            "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]"]
+    out = tmp_path / "cmp"
+    s = run_all(None, args, ["grpo-ga,pods"], 2, None, out, None, steps=3, eval_every=2, reference="grpo-ga")
+    for m in ("grpo-ga", "pods"):
+        for seed in (0, 1):
+            rows = [json.loads(l) for l in (out / m / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()]
+            assert [r["step"] for r in rows if "eval_accuracy" in r] == [0, 2, 3]  # every eval_every steps, and the last
+            assert max(r["step"] for r in rows) == 3
+    assert s["reference"] == "grpo-ga" and recorded_reference(out) == "grpo-ga"
+    assert s["methods"]["grpo-ga"]["step_ratio_vs_reference"] == 1.0
+    assert "step_ratio_vs_reference_ci95" in s["methods"]["pods"]
+    assert "grpo-ga's peak on its seed-mean curve" in (out / "summary.md").read_text()
+    assert yaml.safe_load((out / "compare.yaml").read_text())["steps"] == 3
+    before = (out / "pods" / "seed-1" / "metrics.jsonl").read_text()
+    run_all(None, args, ["grpo-ga,pods"], 2, None, out, None, steps=3, eval_every=2, reference="grpo-ga")  # done: kept
+    assert (out / "pods" / "seed-1" / "metrics.jsonl").read_text() == before
+    with pytest.raises(PodsError, match="compare needs the grpo-ga method"):
+        run_all(None, args, ["grpo,pods"], 1, None, tmp_path / "x", None, steps=3, eval_every=2, reference="grpo-ga")
+
+
+def test_bootstrap_interval_of_the_step_ratio():
+    from podsrl.compare import bootstrap, headline_step_ratio
+
+    by_step = lambda *pts: [{"step": s, "train_seconds": 10.0 * s, "eval_accuracy": a} for s, a in pts]
+    grpo = by_step((0, 0.2), (10, 0.5), (20, 0.6))
+    fast = by_step((0, 0.2), (10, 0.7))  # reaches 0.6 at 10 * 0.4 / 0.5 = 8 steps: ratio 0.4
+    never = by_step((0, 0.2), (20, 0.3))
+    assert headline_step_ratio([grpo], [fast]) == (pytest.approx(0.4), pytest.approx(8.0))
+    assert headline_step_ratio([grpo], [never]) == (math.inf, None)
+    assert bootstrap(lambda r, c: headline_step_ratio(r, c)[0], [grpo] * 3, [fast] * 3) == (pytest.approx(0.4), pytest.approx(0.4))
+    # one seed fast, one never: the mean of the two (0.2, 0.45 at step 10; 0.5 at 20) never
+    # reaches 0.6, nor does never twice; only fast twice does
+    low, high = bootstrap(lambda r, c: headline_step_ratio(r, c)[0], [grpo, grpo], [fast, never])
+    assert low == pytest.approx(0.4) and high == math.inf
 
 
 # --------------------------------------------------------------------------- what compare refuses
@@ -213,10 +259,10 @@ def test_a_peak_at_the_first_evaluation_is_reached_at_time_zero(tmp_path):
     write_run(tmp_path / "grpo" / "seed-0", [(0, 0.5), (10, 0.4)])
     write_run(tmp_path / "pods" / "seed-0", [(0, 0.5), (10, 0.45)])
     s = summarise(tmp_path, ["grpo", "pods"], 1)
-    assert s["grpo_time_to_peak_s"] == 0
+    assert s["reference_time_to_peak_s"] == 0
     for m in ("grpo", "pods"):
-        assert s["methods"][m]["time_to_grpo_peak_s"] == 0 and s["methods"][m]["speedup_vs_grpo"] == 1.0
-        assert s["methods"][m]["per_seed"][0]["speedup_vs_grpo"] == 1.0 and s["methods"][m]["seeds_reaching_grpo_peak"] == 1
+        assert s["methods"][m]["time_to_reference_peak_s"] == 0 and s["methods"][m]["speedup_vs_reference"] == 1.0
+        assert s["methods"][m]["per_seed"][0]["speedup_vs_reference"] == 1.0 and s["methods"][m]["seeds_reaching_reference_peak"] == 1
 
 
 # --------------------------------------------------------------------------- plot and the CLI
@@ -274,6 +320,10 @@ def test_plot_reads_a_torn_last_line_ignores_other_folders_and_names_missing_see
     (["--keep", "everything"], "argument --keep: invalid choice: 'everything'"),
     (["--methods", "grpo,podss"], "unknown method 'podss'"),
     (["eval_every_s=nan"], "eval_every_s must be a finite number, got nan"),
+    (["--steps", "10", "--budget-minutes", "3"], "--steps budgets optimizer steps; leave out --budget-minutes and --eval-every-s"),
+    (["--eval-every", "5"], "--eval-every counts optimizer steps and goes with --steps"),
+    (["--steps", "0"], "--steps and --eval-every must be >= 1, got 0 and"),
+    (["--steps", "10", "--reference", "grpo-ga", "--methods", "grpo,pods"], "compare needs the grpo-ga method among --methods"),
 ])
 def test_compare_arguments(capsys, tmp_path, args, message):
     one_error(*cli(capsys, "compare", str(REPO / "configs" / "smoke.yaml"), *args, "--out", str(tmp_path / "out")), message)
@@ -295,13 +345,13 @@ def test_usage_errors_are_one_line(capsys, args, message):
 
 @pytest.mark.parametrize("args,message", [
     (["seed=3"], "seed is set by podsrl compare for each run (--seeds); remove it from the overrides"),
-    (["steps=5"], "steps is set by podsrl compare for each run (--budget-minutes); remove it from the overrides"),
+    (["steps=5"], "steps is set by podsrl compare for each run (--budget-minutes or --steps); remove it from the overrides"),
     (["output_dir=x"], "output_dir is set by podsrl compare for each run (--out)"),
     (["save_every=1"], "save_every is set by podsrl compare for each run (--keep)"),
     (["eval_every_s=5"], "eval_every_s is set by podsrl compare for each run (--eval-every-s)"),
     (["--methods", "grpo", "x:seed=11"], "seed is set by podsrl compare for each run (--seeds); remove it from method 'x'"),
     (["--methods", "grpo", "x:rule=random,time_budget_s=9"], "time_budget_s is set by podsrl compare"),
-    ([str(REPO / "configs" / "smoke.yaml")], "steps is set by podsrl compare for each run (--budget-minutes); remove it "
+    ([str(REPO / "configs" / "smoke.yaml")], "steps is set by podsrl compare for each run (--budget-minutes or --steps); remove it "
                                              "from the config file"),
 ])
 def test_compare_refuses_the_settings_it_sets_itself(capsys, tmp_path, args, message):

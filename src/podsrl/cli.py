@@ -109,12 +109,24 @@ def cmd_compare(args) -> int:
 
     if args.seeds < 1:
         raise PodsError(f"--seeds must be >= 1, got {args.seeds}")
-    if not (math.isfinite(args.budget_minutes) and args.budget_minutes > 0):
-        raise PodsError(f"--budget-minutes must be a number > 0, got {args.budget_minutes}")
-    if not (math.isfinite(args.eval_every_s) and args.eval_every_s > 0):
-        raise PodsError(f"--eval-every-s must be a number > 0, got {args.eval_every_s}")
+    if args.steps is not None:  # a step budget: no clock options
+        if args.budget_minutes is not None or args.eval_every_s is not None:
+            raise PodsError("--steps budgets optimizer steps; leave out --budget-minutes and --eval-every-s")
+        args.eval_every = 5 if args.eval_every is None else args.eval_every
+        if args.steps < 1 or args.eval_every < 1:
+            raise PodsError(f"--steps and --eval-every must be >= 1, got {args.steps} and {args.eval_every}")
+    else:
+        if args.eval_every is not None:
+            raise PodsError("--eval-every counts optimizer steps and goes with --steps; with a time budget use --eval-every-s")
+        args.budget_minutes = 5.0 if args.budget_minutes is None else args.budget_minutes
+        args.eval_every_s = 30.0 if args.eval_every_s is None else args.eval_every_s
+        if not (math.isfinite(args.budget_minutes) and args.budget_minutes > 0):
+            raise PodsError(f"--budget-minutes must be a number > 0, got {args.budget_minutes}")
+        if not (math.isfinite(args.eval_every_s) and args.eval_every_s > 0):
+            raise PodsError(f"--eval-every-s must be a number > 0, got {args.eval_every_s}")
     summary = run_all(*_split(args), args.methods, args.seeds, args.budget_minutes, Path(args.out), args.eval_every_s,
-                      keep=args.keep, allow_config_change=args.allow_config_change)
+                      keep=args.keep, allow_config_change=args.allow_config_change, steps=args.steps,
+                      eval_every=args.eval_every, reference=args.reference)
     _warn_missing(summary)
     print((Path(args.out) / "summary.md").read_text(), end="")
     return 0 if summary["methods"] else 1
@@ -123,13 +135,14 @@ def cmd_compare(args) -> int:
 def cmd_plot(args) -> int:
     from pathlib import Path
 
-    from podsrl.compare import compared_methods, summarise, write_reports
+    from podsrl.compare import compared_methods, recorded_reference, summarise, write_reports
 
     out = Path(args.out)
     methods, seeds = compared_methods(out)
-    summary = summarise(out, methods, seeds) if "grpo" in methods else None
-    if not summary or not summary["methods"]["grpo"]["per_seed"]:
-        raise PodsError(f"{out} holds no evaluated compare run of grpo (grpo/seed-N/metrics.jsonl)")
+    reference = recorded_reference(out)
+    summary = summarise(out, methods, seeds, reference) if reference in methods else None
+    if not summary or not summary["methods"][reference]["per_seed"]:
+        raise PodsError(f"{out} holds no evaluated compare run of {reference} ({reference}/seed-N/metrics.jsonl)")
     write_reports(out, summary)
     _warn_missing(summary)
     print((out / "summary.md").read_text(), end="")
@@ -166,14 +179,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list the tasks, and reasoning-gym's data sets where installed")
     p.set_defaults(fn=cmd_tasks)
     p = sub.add_parser("compare", help="time to accuracy of several methods under one budget",
-                       description="Train each method for each seed under the same training-time budget, then "
+                       description="Train each method for each seed under the same budget (training time, or "
+                       "optimizer steps with --steps), then "
                        "write summary.json, summary.md and accuracy plots to --out.")
     _config_args(p)
     p.add_argument("--methods", nargs="+", default=["grpo,pods,grpo-ga"],
                    help="method names (grpo, pods, grpo-ga) or name:key=value,... (default: grpo,pods,grpo-ga)")
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--budget-minutes", type=float, default=5.0, help="training clock per run (evaluation excluded)")
-    p.add_argument("--eval-every-s", type=float, default=30.0, help="evaluate each time the training clock passes this")
+    p.add_argument("--budget-minutes", type=float, default=None,
+                   help="training clock per run (evaluation excluded; default 5)")
+    p.add_argument("--eval-every-s", type=float, default=None,
+                   help="evaluate each time the training clock passes this (default 30)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="instead of a clock: optimizer steps per run, every method evaluated at the same steps")
+    p.add_argument("--eval-every", type=int, default=None, help="with --steps: evaluate every this many steps (default 5)")
+    p.add_argument("--reference", default="grpo",
+                   help="the method whose seed-mean peak the others are timed to (default grpo; e.g. grpo-ga)")
     p.add_argument("--out", default="compare", help="output folder (runs, summary, plots); rerun to resume or extend")
     p.add_argument("--keep", choices=["metrics", "model", "checkpoint"], default="metrics",
                    help="what a finished run keeps besides its config and logs: nothing more (default), its final model "

@@ -1,9 +1,11 @@
-"""``podsrl compare``: train several methods under the same wall-clock budget and compare their
-held-out accuracy against training time (evaluation excluded), over several seeds.
+"""``podsrl compare``: train several methods under the same budget, a training clock (wall time,
+evaluation excluded) or a number of optimizer steps (``--steps``: every method evaluated at the
+same steps), and compare their held-out accuracy against time and against steps over several seeds.
 
 A method is a name plus config overrides. Built in: ``grpo`` (mode=grpo, n = the config's m),
 ``pods`` (mode=pods) and ``grpo-ga`` (mode=grpo-ga); ``name:key=value,key=value`` defines more
-(``pods-random:rule=random``). Runs live in ``<out>/<method>/seed-<s>``; a finished run is kept,
+(``pods-random:rule=random``). The others are timed to the reference method's seed-mean peak
+(``grpo``, or ``--reference``). Runs live in ``<out>/<method>/seed-<s>``; a finished run is kept,
 an unfinished one resumes, and a larger budget extends every run from its last checkpoint.
 """
 
@@ -27,8 +29,9 @@ BUILTIN = {"grpo": lambda c: ["mode=grpo", f"n={c.m}"], "pods": lambda c: ["mode
 METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 RECORD = "compare.yaml"
 """What a comparison folder records of the invocations that made it: methods, seeds, budget."""
-SET_BY_COMPARE = {"seed": "--seeds", "output_dir": "--out", "steps": "--budget-minutes",
-                  "time_budget_s": "--budget-minutes", "eval_every_s": "--eval-every-s", "save_every": "--keep",
+SET_BY_COMPARE = {"seed": "--seeds", "output_dir": "--out", "steps": "--budget-minutes or --steps",
+                  "time_budget_s": "--budget-minutes", "eval_every_s": "--eval-every-s", "eval_every": "--eval-every",
+                  "save_every": "--keep",
                   "resume": "a rerun", "allow_config_change": "--allow-config-change"}
 """Settings each compare run gets from compare itself, and the option (or act) that sets them."""
 KEEP = ("metrics", "model", "checkpoint")
@@ -36,7 +39,7 @@ KEEP = ("metrics", "model", "checkpoint")
 last checkpoint (model and optimizer state, which a larger budget resumes from)."""
 
 
-def parse_methods(specs: list[str], base) -> dict[str, list[str]]:
+def parse_methods(specs: list[str], base, reference: str = "grpo") -> dict[str, list[str]]:
     """``["grpo,pods", "pods-random:rule=random,n=32"]`` -> {name: config overrides}.
 
     Comma-separated items are built-in names (grpo, pods, grpo-ga) or ``name:key=value`` (a new
@@ -60,8 +63,9 @@ def parse_methods(specs: list[str], base) -> dict[str, list[str]]:
             else:
                 raise PodsError(f"unknown method {item!r}; built in: {', '.join(BUILTIN)}; define others as "
                                 "name:key=value,...")
-    if "grpo" not in methods:
-        raise PodsError("compare needs the grpo method: times are measured to GRPO's peak")
+    if reference not in methods:
+        raise PodsError(f"compare needs the {reference} method among --methods: times are measured to its peak"
+                        + (" (--reference names another)" if reference == "grpo" else ""))
     return methods
 
 
@@ -86,8 +90,12 @@ def speedup(grpo_time: float | None, time: float | None) -> float | None:
 
 
 def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
-            budget_minutes: float, out: Path, eval_every_s: float, keep: str = "metrics",
-            allow_config_change: bool = False) -> dict:
+            budget_minutes: float | None, out: Path, eval_every_s: float | None, keep: str = "metrics",
+            allow_config_change: bool = False, steps: int | None = None, eval_every: int | None = None,
+            reference: str = "grpo") -> dict:
+    """Train every method for every seed, then summarise. The budget is training time
+    (``budget_minutes``, evaluating every ``eval_every_s`` seconds of it) or optimizer steps
+    (``steps``, evaluating every ``eval_every`` steps: curves matched step for step)."""
     from podsrl.checkpoint import latest_checkpoint, read_state
     from podsrl.rundir import check_same_config, discard_unfinished
     from podsrl.trainer import train
@@ -100,37 +108,43 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     if keep not in KEEP:
         raise PodsError(f"keep must be one of {', '.join(KEEP)}, got {keep!r}")
     base = load_config(config_path, overrides)
-    methods = parse_methods(method_specs, base)
+    methods = parse_methods(method_specs, base, reference)
     _refuse_settings_of_compare(config_path, overrides, methods)
-    budget_s = budget_minutes * 60
+    by_steps = steps is not None
+    if by_steps:  # a run's progress is its optimizer steps
+        budget, unit = steps, "steps"
+        schedule = [f"steps={steps}", f"eval_every={eval_every}", "time_budget_s=0", "eval_every_s=0"]
+    else:
+        budget, unit = budget_minutes * 60, "s"
+        schedule = ["steps=1000000", f"time_budget_s={budget}", f"eval_every_s={eval_every_s}"]
     plan = [(m, s) for s in range(seeds) for m in methods]  # seed-major: early results cover every method
     configs, done = {}, {}
     for method, seed in plan:  # every run's config validated, and checked against its folder, before any trains
         run_dir = out / method / f"seed-{seed}"
         c = configs[method, seed] = load_config(config_path, [
-            *overrides, *methods[method], f"seed={seed}", f"output_dir={run_dir}", "steps=1000000",
-            f"time_budget_s={budget_s}", f"eval_every_s={eval_every_s}", f"save_every={10**9}",
+            *overrides, *methods[method], f"seed={seed}", f"output_dir={run_dir}", *schedule, f"save_every={10**9}",
             f"allow_config_change={allow_config_change}",
         ])
         ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
-        done[method, seed] = read_state(ckpt)["train_seconds"] if ckpt is not None else finished_seconds(run_dir)
-        finished = done[method, seed] is not None and done[method, seed] >= budget_s
+        progress = "step" if by_steps else "train_seconds"
+        done[method, seed] = read_state(ckpt)[progress] if ckpt is not None else finished_at(run_dir, progress)
+        finished = done[method, seed] is not None and done[method, seed] >= budget
         if ckpt is not None or finished:  # to be resumed or reused as it is
             check_same_config(run_dir, c, f"podsrl compare would reuse {method} seed {seed} in", shorter=False)
-    _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s)
+    _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s, steps, eval_every, reference)
     for i, (method, seed) in enumerate(plan, 1):
         c, run_dir = configs[method, seed], out / method / f"seed-{seed}"
-        if done[method, seed] is not None and done[method, seed] >= budget_s:
-            print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done[method, seed]:.0f}s of {budget_s:.0f}s)", flush=True)
+        if done[method, seed] is not None and done[method, seed] >= budget:
+            print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done[method, seed]:.0f}{unit} of {budget:.0f}{unit})", flush=True)
             continue
         if run_dir.is_dir() and latest_checkpoint(run_dir) is not None:
             c.resume = True
         elif run_dir.exists():  # a run without a checkpoint (interrupted, pruned, or results alone) starts again
             discard_unfinished(run_dir)
-        print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {budget_s:.0f}s", flush=True)
+        print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {budget:.0f}{unit}", flush=True)
         train(c)
         prune(run_dir, keep)
-    summary = summarise(out, list(_recorded_methods(out) or methods), seeds)
+    summary = summarise(out, list(_recorded_methods(out) or methods), seeds, reference)
     write_reports(out, summary)
     return summary
 
@@ -162,8 +176,9 @@ def prune(run_dir: Path, keep: str) -> None:
     shutil.rmtree(run_dir / "checkpoints")
 
 
-def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget_minutes: float,
-            eval_every_s: float) -> None:
+def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget_minutes: float | None,
+            eval_every_s: float | None, steps: int | None = None, eval_every: int | None = None,
+            reference: str = "grpo") -> None:
     """Write (or extend) the comparison's record: methods keep their first definition's order."""
     import yaml
 
@@ -171,7 +186,9 @@ def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget
     recorded = _read_record(out)
     record = {"config": config_path, "overrides": list(overrides),
               "methods": {**recorded.get("methods", {}), **methods},
-              "seeds": max(seeds, recorded.get("seeds", 0)), "budget_minutes": budget_minutes, "eval_every_s": eval_every_s}
+              "seeds": max(seeds, recorded.get("seeds", 0)), "reference": reference,
+              **({"steps": steps, "eval_every": eval_every} if steps is not None else
+                 {"budget_minutes": budget_minutes, "eval_every_s": eval_every_s})}
     (out / RECORD).write_text(yaml.safe_dump(record, sort_keys=False))
 
 
@@ -190,8 +207,14 @@ def _recorded_methods(out: Path) -> list[str]:
     return list(methods) if isinstance(methods, dict) else []
 
 
+def recorded_reference(out: Path) -> str:
+    """The reference method a comparison folder was run against (grpo where it does not say)."""
+    reference = _read_record(out).get("reference", "grpo")
+    return reference if isinstance(reference, str) else "grpo"
+
+
 def compared_methods(out: Path) -> tuple[list[str], int]:
-    """The methods a comparison folder holds runs of (grpo first, then in the recorded order, or
+    """The methods a comparison folder holds runs of (the reference first, then in the recorded order, or
     by name where there is no record) and the number of seeds (highest seed index + 1). A folder
     without ``seed-N/metrics.jsonl`` inside is not a method."""
     if not out.is_dir():
@@ -200,18 +223,19 @@ def compared_methods(out: Path) -> tuple[list[str], int]:
              for p in out.iterdir() if p.is_dir()}
     seeds = {m: s for m, s in seeds.items() if s}
     order = [m for m in _recorded_methods(out) if m in seeds] + sorted(m for m in seeds if m not in _recorded_methods(out))
-    order.sort(key=lambda m: m != "grpo")  # stable: grpo first, the rest as they were
+    order.sort(key=lambda m: m != recorded_reference(out))  # stable: the reference first, the rest as they were
     return order, max((max(s) + 1 for s in seeds.values()), default=0)
 
 
-def finished_seconds(run_dir: Path) -> float | None:
-    """The training clock of a run folder's last evaluation, for a run that kept its metrics but
-    not its checkpoints (committed results): a run stops once its clock passes the budget, so one
-    whose metrics reach the budget has finished. None without metrics."""
+def finished_at(run_dir: Path, key: str = "train_seconds") -> float | None:
+    """The training clock (or step, ``key="step"``) of a run folder's last evaluation, for a run
+    that kept its metrics but not its checkpoints (committed results): a run stops once it passes
+    its budget and is evaluated there, so one whose metrics reach the budget has finished. None
+    without metrics."""
     if not (run_dir / "metrics.jsonl").is_file():
         return None
     evals, _ = read_evals(run_dir)
-    return evals[-1]["train_seconds"] if evals else None
+    return evals[-1][key] if evals else None
 
 
 def read_evals(run_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -234,8 +258,30 @@ def first_time_reaching(curve: list[tuple[float, float]], target: float) -> floa
     return next((t for t, a in curve if a >= target - 1e-12), None)
 
 
-def points(evals: list[dict]) -> list[tuple[float, float]]:
-    return [(e["train_seconds"], e["eval_accuracy"]) for e in evals]
+def points(evals: list[dict], key: str = "train_seconds") -> list[tuple[float, float]]:
+    return [(e[key], e["eval_accuracy"]) for e in evals]
+
+
+def crossing(curve: list[tuple[float, float]], target: float) -> float | None:
+    """Where a curve, drawn as straight lines between its (x, accuracy) points, first reaches
+    ``target``; None if it never does."""
+    for i, (x1, a1) in enumerate(curve):
+        if a1 >= target - 1e-12:
+            if i == 0:
+                return x1
+            x0, a0 = curve[i - 1]  # below the target
+            return x0 + (x1 - x0) * (target - a0) / (a1 - a0)
+    return None
+
+
+def step_ratio(reference_steps: float | None, steps: float | None) -> float | None:
+    """A method's steps to the reference's peak over the reference's own (None where the method
+    never reaches it); both at step 0 is 1.0, the reference at 0 and the method later infinite."""
+    if steps is None or reference_steps is None:
+        return None
+    if reference_steps == 0:
+        return 1.0 if steps == 0 else math.inf
+    return steps / reference_steps
 
 
 def held_curves(curves: list[list[dict]], key: str = "train_seconds") -> tuple[list[float], list[list[float]]]:
@@ -262,58 +308,81 @@ def mean_peak(curves: list[list[dict]], key: str = "train_seconds") -> tuple[flo
     return peak, first_time_reaching(curve, peak)
 
 
-def headline_speedup(grpo_curves: list[list[dict]], curves: list[list[dict]]) -> float:
-    """GRPO's time to its seed-mean peak over the method's time to reach it on its seed-mean curve;
-    0 where the method's mean curve never reaches it."""
-    target, grpo_t = mean_peak(grpo_curves)
-    return speedup(grpo_t, first_time_reaching(mean_curve(curves), target)) or 0.0
+def headline_speedup(reference_curves: list[list[dict]], curves: list[list[dict]]) -> float:
+    """The reference's time to its seed-mean peak over the method's time to reach it on its
+    seed-mean curve; 0 where the method's mean curve never reaches it."""
+    target, ref_t = mean_peak(reference_curves)
+    return speedup(ref_t, first_time_reaching(mean_curve(curves), target)) or 0.0
 
 
-def bootstrap_speedup(grpo_curves: list[list[dict]], curves: list[list[dict]], resamples: int = 2000,
-                      level: float = 0.95) -> tuple[float, float] | None:
-    """Percentile interval of :func:`headline_speedup` over resampled seeds: each resample draws
-    seeds with replacement and takes the same seeds of GRPO and the method (paired: a seed is one
-    prompt order and one set of first evaluations). A resample where the method never reaches
-    GRPO's peak counts as speed-up 0. None with fewer than two seeds."""
+def headline_step_ratio(reference_curves: list[list[dict]], curves: list[list[dict]]) -> tuple[float, float | None]:
+    """The method's steps to the reference's seed-mean peak over the reference's (both read off
+    the seed-mean curves against steps, linear between evaluations; infinite where the method's
+    curve never reaches it), and the method's steps."""
+    target, _ = mean_peak(reference_curves, "step")
+    ref_steps = crossing(mean_curve(reference_curves, "step"), target)
+    steps = crossing(mean_curve(curves, "step"), target)
+    ratio = step_ratio(ref_steps, steps)
+    return (math.inf if ratio is None else ratio), steps
+
+
+def bootstrap(statistic, reference_curves: list[list[dict]], curves: list[list[dict]], resamples: int = 2000,
+              level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile interval of ``statistic(reference_curves, curves)`` over resampled seeds: each
+    resample draws seeds with replacement and takes the same seeds of the reference and the method
+    (paired: a seed is one prompt order and one set of first evaluations). None with fewer than
+    two seeds."""
     if len(curves) < 2:
         return None
     rng = random.Random(0)
     draws = sorted(
-        headline_speedup([grpo_curves[i] for i in idx], [curves[i] for i in idx])
+        statistic([reference_curves[i] for i in idx], [curves[i] for i in idx])
         for idx in ([rng.randrange(len(curves)) for _ in curves] for _ in range(resamples))
     )
     tail = (1 - level) / 2
     return draws[int(tail * resamples)], draws[min(resamples - 1, int((1 - tail) * resamples))]
 
 
-def summarise(out: Path, methods: list[str], seeds: int) -> dict:
-    """Per method: peak and final accuracy, time to reach GRPO's peak accuracy and the speed-up
-    over GRPO, step costs, memory, and the spread over seeds.
+def bootstrap_speedup(reference_curves: list[list[dict]], curves: list[list[dict]], resamples: int = 2000,
+                      level: float = 0.95) -> tuple[float, float] | None:
+    """:func:`bootstrap` of :func:`headline_speedup`: a resample where the method never reaches
+    the reference's peak counts as speed-up 0."""
+    return bootstrap(headline_speedup, reference_curves, curves, resamples, level)
 
-    The headline times use the seed-mean curves: GRPO's peak is the maximum of its mean curve,
-    and a method's time is the first time its mean curve reaches that value. Per seed, the same is
-    computed against that seed's GRPO run (noisier: one held-out set, one peak)."""
+
+def summarise(out: Path, methods: list[str], seeds: int, reference: str = "grpo") -> dict:
+    """Per method: peak and final accuracy, the training time and the optimizer steps to reach the
+    reference method's peak accuracy (GRPO's unless ``reference`` names another), the speed-up over
+    the reference on time and its step ratio, step costs, memory, and the spread over seeds.
+
+    The headline figures use the seed-mean curves: the reference's peak is the maximum of its mean
+    curve; a method's time is the first evaluation time at which its mean curve reaches that value,
+    and its steps the first step at which the mean curve, drawn linearly between evaluations,
+    reaches it. Per seed, the same is computed against that seed's reference run (noisier: one
+    held-out set, one peak)."""
     runs = {(m, s): read_evals(out / m / f"seed-{s}") for m in methods for s in range(seeds)
             if (out / m / f"seed-{s}" / "metrics.jsonl").exists()}
     runs = {k: v for k, v in runs.items() if v[0]}  # a run killed before its first evaluation has no curve
     missing = [f"{m} seed {s}" for m in methods for s in range(seeds) if (m, s) not in runs]
-    grpo_peak = {s: max(e["eval_accuracy"] for e in runs["grpo", s][0]) for s in range(seeds) if ("grpo", s) in runs}
-    grpo_time = {s: first_time_reaching(points(runs["grpo", s][0]), grpo_peak[s]) for s in grpo_peak}
-    target, grpo_t = mean_peak([runs["grpo", s][0] for s in grpo_peak])
-    summary = {"methods": {}, "seeds": seeds, "grpo_peak_accuracy": target, "grpo_time_to_peak_s": grpo_t,
-               "grpo_peak_accuracy_per_seed": grpo_peak, "missing_runs": missing}
+    ref_peak = {s: max(e["eval_accuracy"] for e in runs[reference, s][0]) for s in range(seeds) if (reference, s) in runs}
+    ref_time = {s: first_time_reaching(points(runs[reference, s][0]), ref_peak[s]) for s in ref_peak}
+    ref_steps = {s: crossing(points(runs[reference, s][0], "step"), ref_peak[s]) for s in ref_peak}
+    target, ref_t = mean_peak([runs[reference, s][0] for s in ref_peak])
+    summary = {"reference": reference, "methods": {}, "seeds": seeds, "reference_peak_accuracy": target,
+               "reference_time_to_peak_s": ref_t, "reference_peak_accuracy_per_seed": ref_peak, "missing_runs": missing}
     for m in methods:
         per_seed = []
         for s in range(seeds):
-            if (m, s) not in runs or s not in grpo_peak:
+            if (m, s) not in runs or s not in ref_peak:
                 continue
             evals, steps = runs[m, s]
-            t = first_time_reaching(points(evals), grpo_peak[s])
+            t = first_time_reaching(points(evals), ref_peak[s])
+            n = crossing(points(evals, "step"), ref_peak[s])
             per_seed.append({
                 "seed": s, "peak_accuracy": max(e["eval_accuracy"] for e in evals), "final_accuracy": evals[-1]["eval_accuracy"],
-                "base_accuracy": evals[0]["eval_accuracy"], "time_to_grpo_peak_s": t,
-                "speedup_vs_grpo": speedup(grpo_time[s], t), "steps": steps[-1]["step"] if steps else 0,
-                "steps_to_grpo_peak": first_time_reaching([(e["step"], e["eval_accuracy"]) for e in evals], grpo_peak[s]),
+                "base_accuracy": evals[0]["eval_accuracy"], "time_to_reference_peak_s": t,
+                "speedup_vs_reference": speedup(ref_time[s], t), "steps": steps[-1]["step"] if steps else 0,
+                "steps_to_reference_peak": n, "step_ratio_vs_reference": step_ratio(ref_steps[s], n),
                 "rollouts_per_step": _mean([r.get("rollouts_generated") for r in steps]),
                 **sampler_statistics(steps),
                 "train_seconds": steps[-1]["train_seconds"] if steps else 0.0,
@@ -323,29 +392,29 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
                 "update_s_per_step": _mean([r["update_s"] for r in steps]),
                 "update_peak_memory_mb": _max([r.get("update_peak_memory_mb") for r in steps]),
             })
-        # against GRPO's mean over the method's own seeds (all of them, unless the method ran fewer)
-        target_m, grpo_t_m = mean_peak([runs["grpo", p["seed"]][0] for p in per_seed])
-        t_mean = (first_time_reaching(mean_curve([runs[m, p["seed"]][0] for p in per_seed]), target_m)
-                  if per_seed else None)
-        # the same on the steps axis: the hardware-free part of a speed-up
-        target_steps, grpo_steps = mean_peak([runs["grpo", p["seed"]][0] for p in per_seed], "step")
-        steps_mean = (first_time_reaching(mean_curve([runs[m, p["seed"]][0] for p in per_seed], "step"), target_steps)
-                      if per_seed else None)
-        speedups = [p["speedup_vs_grpo"] for p in per_seed if p["speedup_vs_grpo"] is not None]
-        ci = bootstrap_speedup([runs["grpo", p["seed"]][0] for p in per_seed], [runs[m, p["seed"]][0] for p in per_seed])
+        # against the reference's mean over the method's own seeds (all, unless the method ran fewer)
+        ref_curves = [runs[reference, p["seed"]][0] for p in per_seed]
+        own = [runs[m, p["seed"]][0] for p in per_seed]
+        target_m, ref_t_m = mean_peak(ref_curves)
+        t_mean = first_time_reaching(mean_curve(own), target_m) if per_seed else None
+        ratio, steps_mean = headline_step_ratio(ref_curves, own) if per_seed else (None, None)
+        speedups = [p["speedup_vs_reference"] for p in per_seed if p["speedup_vs_reference"] is not None]
+        ci = bootstrap(headline_speedup, ref_curves, own)
+        step_ci = bootstrap(lambda r, c: headline_step_ratio(r, c)[0], ref_curves, own)
         summary["methods"][m] = {
             "peak_accuracy": _mean([p["peak_accuracy"] for p in per_seed]),
             "final_accuracy": _mean([p["final_accuracy"] for p in per_seed]),
-            "grpo_peak_accuracy_same_seeds": target_m,
-            "time_to_grpo_peak_s": t_mean,
-            "speedup_vs_grpo": speedup(grpo_t_m, t_mean),
-            "speedup_vs_grpo_ci95": list(ci) if ci else None,
-            "steps_to_grpo_peak": steps_mean,
-            "step_speedup_vs_grpo": speedup(grpo_steps, steps_mean),
+            "reference_peak_accuracy_same_seeds": target_m,
+            "time_to_reference_peak_s": t_mean,
+            "speedup_vs_reference": speedup(ref_t_m, t_mean),
+            "speedup_vs_reference_ci95": list(ci) if ci else None,
+            "steps_to_reference_peak": steps_mean,
+            "step_ratio_vs_reference": ratio,
+            "step_ratio_vs_reference_ci95": list(step_ci) if step_ci else None,
             "rollouts_per_step": _mean([p["rollouts_per_step"] for p in per_seed]),
             **{k: _mean([p[k] for p in per_seed]) for k in SAMPLER_STATISTICS},
-            "seeds_reaching_grpo_peak": len(speedups),
-            "fraction_of_seeds_reaching_grpo_peak": len(speedups) / len(per_seed) if per_seed else None,
+            "seeds_reaching_reference_peak": len(speedups),
+            "fraction_of_seeds_reaching_reference_peak": len(speedups) / len(per_seed) if per_seed else None,
             "generation_s_per_step": _mean([p["generation_s_per_step"] for p in per_seed]),
             "scoring_s_per_step": _mean([p["scoring_s_per_step"] for p in per_seed]),
             "step_s": _mean([p["step_s"] for p in per_seed]),
@@ -353,9 +422,9 @@ def summarise(out: Path, methods: list[str], seeds: int) -> dict:
             "update_peak_memory_mb": _mean([p["update_peak_memory_mb"] for p in per_seed]),
             "spread": {
                 "peak_accuracy_std": _std([p["peak_accuracy"] for p in per_seed]),
-                "speedup_vs_grpo_per_seed_mean": _mean(speedups) if len(speedups) == len(per_seed) else None,
-                "speedup_vs_grpo_min": min(speedups) if speedups else None,
-                "speedup_vs_grpo_max": max(speedups) if speedups else None,
+                "speedup_vs_reference_per_seed_mean": _mean(speedups) if len(speedups) == len(per_seed) else None,
+                "speedup_vs_reference_min": min(speedups) if speedups else None,
+                "speedup_vs_reference_max": max(speedups) if speedups else None,
             },
             "per_seed": per_seed,
         }
@@ -384,30 +453,34 @@ def write_reports(out: Path, summary: dict) -> None:
 
 def markdown_table(summary: dict) -> str:
     fmt = lambda v, spec: "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+    ref = summary.get("reference", "grpo")
+    name = "GRPO" if ref == "grpo" else ref
     lines = [
-        f"GRPO's peak on its seed-mean curve: {fmt(summary.get('grpo_peak_accuracy'), '.3f')}, "
-        f"reached at {fmt(summary.get('grpo_time_to_peak_s'), '.0f')} s of training.\n",
-        "| method | peak acc (mean ± std) | final acc | time to GRPO peak (s) | speed-up vs GRPO [95% CI] | per-seed speed-ups | seeds reaching their GRPO peak | steps to GRPO peak (vs GRPO) | rollouts/step | step s | gen s/step | score s/step | update s/step | update peak MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"{name}'s peak on its seed-mean curve: {fmt(summary.get('reference_peak_accuracy'), '.3f')}, "
+        f"reached at {fmt(summary.get('reference_time_to_peak_s'), '.0f')} s of training.\n",
+        f"| method | peak acc (mean ± std) | final acc | time to {name} peak (s) | speed-up vs {name} [95% CI] | per-seed speed-ups "
+        f"| seeds reaching their {name} peak | steps to {name} peak | step ratio vs {name} [95% CI] | rollouts/step | step s "
+        "| gen s/step | score s/step | update s/step | update peak MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    with_ci = lambda v, ci: fmt(v, ".2f") + (f" [{fmt(ci[0], '.2f')}–{fmt(ci[1], '.2f')}]" if ci else "")
     for m, r in summary["methods"].items():
-        sp, ci = r["spread"], r.get("speedup_vs_grpo_ci95")
-        speed = fmt(r["speedup_vs_grpo"], ".2f") + (f" [{fmt(ci[0], '.2f')}–{fmt(ci[1], '.2f')}]" if ci else "")
-        per_seed = ", ".join(fmt(p["speedup_vs_grpo"], ".2f") for p in r["per_seed"])
-        steps = (f"{fmt(r['steps_to_grpo_peak'], '.0f')} ({fmt(r.get('step_speedup_vs_grpo'), '.2f')}x)"
-                 if r.get("steps_to_grpo_peak") is not None else "n/a")
+        sp = r["spread"]
+        per_seed = ", ".join(fmt(p["speedup_vs_reference"], ".2f") for p in r["per_seed"])
         lines.append(
             f"| {m} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(sp['peak_accuracy_std'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
-            f"{fmt(r['time_to_grpo_peak_s'], '.0f')} | {speed} | {per_seed} | {r['seeds_reaching_grpo_peak']}/{len(r['per_seed'])} | "
-            f"{steps} | {fmt(r.get('rollouts_per_step'), '.0f')} | "
+            f"{fmt(r['time_to_reference_peak_s'], '.0f')} | {with_ci(r['speedup_vs_reference'], r.get('speedup_vs_reference_ci95'))} | "
+            f"{per_seed} | {r['seeds_reaching_reference_peak']}/{len(r['per_seed'])} | "
+            f"{fmt(r.get('steps_to_reference_peak'), '.1f')} | {with_ci(r.get('step_ratio_vs_reference'), r.get('step_ratio_vs_reference_ci95'))} | "
+            f"{fmt(r.get('rollouts_per_step'), '.0f')} | "
             f"{fmt(r.get('step_s'), '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['scoring_s_per_step'], '.2f')} | "
             f"{fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"
         )
-    grpo_seeds = len(summary["methods"].get("grpo", {}).get("per_seed", []))
-    fewer = [f"{m} (seeds {', '.join(str(p['seed']) for p in r['per_seed'])}: GRPO's peak {fmt(r.get('grpo_peak_accuracy_same_seeds'), '.3f')})"
-             for m, r in summary["methods"].items() if 0 < len(r["per_seed"]) < grpo_seeds]
+    ref_seeds = len(summary["methods"].get(ref, {}).get("per_seed", []))
+    fewer = [f"{m} (seeds {', '.join(str(p['seed']) for p in r['per_seed'])}: {name}'s peak {fmt(r.get('reference_peak_accuracy_same_seeds'), '.3f')})"
+             for m, r in summary["methods"].items() if 0 < len(r["per_seed"]) < ref_seeds]
     if fewer:
-        lines.append(f"\nRun on fewer seeds than GRPO, so timed against GRPO's seed-mean curve over the same seeds: {'; '.join(fewer)}.")
+        lines.append(f"\nRun on fewer seeds than {name}, so timed against {name}'s seed-mean curve over the same seeds: {'; '.join(fewer)}.")
     if summary.get("missing_runs"):
         lines.append(f"\nNot in the table (no run, or no evaluation yet): {', '.join(summary['missing_runs'])}.")
     return "\n".join(lines) + "\n"
