@@ -166,6 +166,26 @@ def test_a_step_budget_evaluates_every_method_at_the_same_steps_against_another_
         run_all(None, args, ["grpo,pods"], 1, None, tmp_path / "x", None, steps=3, eval_every=2, reference="grpo-ga")
 
 
+def test_times_on_the_cpu_clock(tmp_path):
+    """--clock cpu: times are read from train_cpu_seconds; wall times stay in the records."""
+    write_run(tmp_path / "grpo" / "seed-0", [(0, 0.2), (10, 0.5), (20, 0.6)])
+    write_run(tmp_path / "pods" / "seed-0", [(0, 0.2), (10, 0.6)])
+    for method, cpu_share in (("grpo", 0.5), ("pods", 0.8)):  # pods waited less for the CPU
+        path = tmp_path / method / "seed-0" / "metrics.jsonl"
+        rows = [json.loads(l) for l in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({**r, "train_cpu_seconds": r["train_seconds"] * cpu_share}) + "\n" for r in rows))
+    wall = summarise(tmp_path, ["grpo", "pods"], 1)
+    cpu = summarise(tmp_path, ["grpo", "pods"], 1, clock="cpu")
+    assert wall["methods"]["pods"]["speedup_vs_reference"] == pytest.approx(2.0)  # 20 s against 10 s
+    assert cpu["methods"]["pods"]["speedup_vs_reference"] == pytest.approx(10 / 8)  # 10 CPU s against 8
+    assert cpu["reference_time_to_peak_s"] == pytest.approx(10) and cpu["clock"] == "cpu"
+    write_reports(tmp_path, cpu)
+    assert "(CPU seconds of the training process)" in (tmp_path / "summary.md").read_text()
+    write_run(tmp_path / "old" / "grpo" / "seed-0", [(0, 0.2), (10, 0.5)])
+    with pytest.raises(PodsError, match="lacks train_cpu_seconds"):
+        summarise(tmp_path / "old", ["grpo"], 1, clock="cpu")
+
+
 def test_bootstrap_interval_of_the_step_ratio():
     from podsrl.compare import bootstrap, headline_step_ratio
 

@@ -114,6 +114,21 @@ def test_time_budget_stops_early(tiny_config):
     assert (out / "checkpoints" / "step-000001").exists()
 
 
+def test_the_cpu_clock_counts_the_training_processs_cpu_not_its_waits(tiny_config, tmp_path):
+    """A reward that waits 0.3 s per call (in the training process) costs wall time and no CPU:
+    on the wall clock a 1 s budget ends the run within a few steps; on the CPU clock it runs on."""
+    runs = {}
+    for clock in ("wall", "cpu"):
+        out = train(tiny_config("steps=6", "time_budget_s=1.0", f"clock={clock}", "threads=1", "reward_workers=0",
+                                "rewards=[rewards_for_tests:waits]", f"output_dir={tmp_path / clock}"))
+        runs[clock] = [r for r in read_metrics(out) if "update_s" in r]
+    wall, cpu = runs["wall"], runs["cpu"]
+    assert all(r["train_cpu_seconds"] < r["train_seconds"] for r in wall)
+    assert [r["train_cpu_seconds"] for r in cpu] == sorted(r["train_cpu_seconds"] for r in cpu)
+    assert len(wall) < 6 and wall[-1]["train_seconds"] >= 1.0
+    assert len(cpu) > len(wall) and (len(cpu) == 6 or cpu[-1]["train_cpu_seconds"] >= 1.0)
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
 def test_zero_advantage_rollouts_skip_the_update_but_leave_the_gradient(tiny_config, monkeypatch, loss_type):
     """Against the full computation: the same gradient, with fewer sequences through the model."""

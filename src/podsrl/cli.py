@@ -126,7 +126,7 @@ def cmd_compare(args) -> int:
             raise PodsError(f"--eval-every-s must be a number > 0, got {args.eval_every_s}")
     summary = run_all(*_split(args), args.methods, args.seeds, args.budget_minutes, Path(args.out), args.eval_every_s,
                       keep=args.keep, allow_config_change=args.allow_config_change, steps=args.steps,
-                      eval_every=args.eval_every, reference=args.reference)
+                      eval_every=args.eval_every, reference=args.reference, clock=args.clock)
     _warn_missing(summary)
     print((Path(args.out) / "summary.md").read_text(), end="")
     return 0 if summary["methods"] else 1
@@ -135,12 +135,12 @@ def cmd_compare(args) -> int:
 def cmd_plot(args) -> int:
     from pathlib import Path
 
-    from podsrl.compare import compared_methods, recorded_reference, summarise, write_reports
+    from podsrl.compare import compared_methods, recorded_clock, recorded_reference, summarise, write_reports
 
     out = Path(args.out)
     methods, seeds = compared_methods(out)
     reference = recorded_reference(out)
-    summary = summarise(out, methods, seeds, reference) if reference in methods else None
+    summary = summarise(out, methods, seeds, reference, recorded_clock(out)) if reference in methods else None
     if not summary or not summary["methods"][reference]["per_seed"]:
         raise PodsError(f"{out} holds no evaluated compare run of {reference} ({reference}/seed-N/metrics.jsonl)")
     write_reports(out, summary)
@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=None, help="with --steps: evaluate every this many steps (default 5)")
     p.add_argument("--reference", default="grpo",
                    help="the method whose seed-mean peak the others are timed to (default grpo; e.g. grpo-ga)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="the clock of the budget and the times: wall seconds (default), or the training process's "
+                   "CPU seconds, which other jobs on a shared CPU machine bend far less (with threads=1)")
     p.add_argument("--out", default="compare", help="output folder (runs, summary, plots); rerun to resume or extend")
     p.add_argument("--keep", choices=["metrics", "model", "checkpoint"], default="metrics",
                    help="what a finished run keeps besides its config and logs: nothing more (default), its final model "

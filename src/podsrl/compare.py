@@ -31,9 +31,11 @@ RECORD = "compare.yaml"
 """What a comparison folder records of the invocations that made it: methods, seeds, budget."""
 SET_BY_COMPARE = {"seed": "--seeds", "output_dir": "--out", "steps": "--budget-minutes or --steps",
                   "time_budget_s": "--budget-minutes", "eval_every_s": "--eval-every-s", "eval_every": "--eval-every",
-                  "save_every": "--keep",
+                  "save_every": "--keep", "clock": "--clock",
                   "resume": "a rerun", "allow_config_change": "--allow-config-change"}
 """Settings each compare run gets from compare itself, and the option (or act) that sets them."""
+CLOCKS = {"wall": "train_seconds", "cpu": "train_cpu_seconds"}
+"""The clocks a comparison's time budget and times can count, and the metric that holds each."""
 KEEP = ("metrics", "model", "checkpoint")
 """What each finished run keeps besides its config and logs: nothing more, its final model, or its
 last checkpoint (model and optimizer state, which a larger budget resumes from)."""
@@ -92,10 +94,11 @@ def speedup(grpo_time: float | None, time: float | None) -> float | None:
 def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
             budget_minutes: float | None, out: Path, eval_every_s: float | None, keep: str = "metrics",
             allow_config_change: bool = False, steps: int | None = None, eval_every: int | None = None,
-            reference: str = "grpo") -> dict:
+            reference: str = "grpo", clock: str = "wall") -> dict:
     """Train every method for every seed, then summarise. The budget is training time
-    (``budget_minutes``, evaluating every ``eval_every_s`` seconds of it) or optimizer steps
-    (``steps``, evaluating every ``eval_every`` steps: curves matched step for step)."""
+    (``budget_minutes``, evaluating every ``eval_every_s`` seconds of it, on the ``clock``: wall
+    or the training process's CPU seconds) or optimizer steps (``steps``, evaluating every
+    ``eval_every`` steps: curves matched step for step). Time is reported on ``clock``."""
     from podsrl.checkpoint import latest_checkpoint, read_state
     from podsrl.rundir import check_same_config, discard_unfinished
     from podsrl.trainer import train
@@ -113,10 +116,10 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     by_steps = steps is not None
     if by_steps:  # a run's progress is its optimizer steps
         budget, unit = steps, "steps"
-        schedule = [f"steps={steps}", f"eval_every={eval_every}", "time_budget_s=0", "eval_every_s=0"]
+        schedule = [f"steps={steps}", f"eval_every={eval_every}", "time_budget_s=0", "eval_every_s=0", f"clock={clock}"]
     else:
         budget, unit = budget_minutes * 60, "s"
-        schedule = ["steps=1000000", f"time_budget_s={budget}", f"eval_every_s={eval_every_s}"]
+        schedule = ["steps=1000000", f"time_budget_s={budget}", f"eval_every_s={eval_every_s}", f"clock={clock}"]
     plan = [(m, s) for s in range(seeds) for m in methods]  # seed-major: early results cover every method
     configs, done = {}, {}
     for method, seed in plan:  # every run's config validated, and checked against its folder, before any trains
@@ -126,12 +129,12 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
             f"allow_config_change={allow_config_change}",
         ])
         ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
-        progress = "step" if by_steps else "train_seconds"
-        done[method, seed] = read_state(ckpt)[progress] if ckpt is not None else finished_at(run_dir, progress)
+        progress = "step" if by_steps else CLOCKS[clock]
+        done[method, seed] = read_state(ckpt).get(progress, 0.0) if ckpt is not None else finished_at(run_dir, progress)
         finished = done[method, seed] is not None and done[method, seed] >= budget
         if ckpt is not None or finished:  # to be resumed or reused as it is
             check_same_config(run_dir, c, f"podsrl compare would reuse {method} seed {seed} in", shorter=False)
-    _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s, steps, eval_every, reference)
+    _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s, steps, eval_every, reference, clock)
     for i, (method, seed) in enumerate(plan, 1):
         c, run_dir = configs[method, seed], out / method / f"seed-{seed}"
         if done[method, seed] is not None and done[method, seed] >= budget:
@@ -144,7 +147,7 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
         print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {budget:.0f}{unit}", flush=True)
         train(c)
         prune(run_dir, keep)
-    summary = summarise(out, list(_recorded_methods(out) or methods), seeds, reference)
+    summary = summarise(out, list(_recorded_methods(out) or methods), seeds, reference, clock)
     write_reports(out, summary)
     return summary
 
@@ -178,7 +181,7 @@ def prune(run_dir: Path, keep: str) -> None:
 
 def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget_minutes: float | None,
             eval_every_s: float | None, steps: int | None = None, eval_every: int | None = None,
-            reference: str = "grpo") -> None:
+            reference: str = "grpo", clock: str = "wall") -> None:
     """Write (or extend) the comparison's record: methods keep their first definition's order."""
     import yaml
 
@@ -186,7 +189,7 @@ def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget
     recorded = _read_record(out)
     record = {"config": config_path, "overrides": list(overrides),
               "methods": {**recorded.get("methods", {}), **methods},
-              "seeds": max(seeds, recorded.get("seeds", 0)), "reference": reference,
+              "seeds": max(seeds, recorded.get("seeds", 0)), "reference": reference, "clock": clock,
               **({"steps": steps, "eval_every": eval_every} if steps is not None else
                  {"budget_minutes": budget_minutes, "eval_every_s": eval_every_s})}
     (out / RECORD).write_text(yaml.safe_dump(record, sort_keys=False))
@@ -211,6 +214,12 @@ def recorded_reference(out: Path) -> str:
     """The reference method a comparison folder was run against (grpo where it does not say)."""
     reference = _read_record(out).get("reference", "grpo")
     return reference if isinstance(reference, str) else "grpo"
+
+
+def recorded_clock(out: Path) -> str:
+    """The clock a comparison folder's times are on (wall where it does not say)."""
+    clock = _read_record(out).get("clock", "wall")
+    return clock if clock in CLOCKS else "wall"
 
 
 def compared_methods(out: Path) -> tuple[list[str], int]:
@@ -238,10 +247,15 @@ def finished_at(run_dir: Path, key: str = "train_seconds") -> float | None:
     return evals[-1][key] if evals else None
 
 
-def read_evals(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    """A run's evaluations and its step records, from its ``metrics.jsonl``."""
+def read_evals(run_dir: Path, clock: str = "wall") -> tuple[list[dict], list[dict]]:
+    """A run's evaluations and its step records, from its ``metrics.jsonl``. With ``clock="cpu"``
+    each record's ``train_seconds`` is its training CPU time (its wall time kept as ``wall_seconds``)."""
     path = run_dir / "metrics.jsonl"
     rows = read_metrics(path)
+    if clock == "cpu":
+        if any(not _number(r.get("train_cpu_seconds")) for r in rows):
+            raise PodsError(f"{path}: a record lacks train_cpu_seconds, so its times cannot be read on the CPU clock")
+        rows = [{**r, "train_seconds": r["train_cpu_seconds"], "wall_seconds": r["train_seconds"]} for r in rows]
     for number, r in enumerate(rows, 1):
         accuracy = r.get("eval_accuracy")
         if not _number(r.get("train_seconds")) or not (accuracy is None or _number(accuracy)):
@@ -350,7 +364,7 @@ def bootstrap_speedup(reference_curves: list[list[dict]], curves: list[list[dict
     return bootstrap(headline_speedup, reference_curves, curves, resamples, level)
 
 
-def summarise(out: Path, methods: list[str], seeds: int, reference: str = "grpo") -> dict:
+def summarise(out: Path, methods: list[str], seeds: int, reference: str = "grpo", clock: str = "wall") -> dict:
     """Per method: peak and final accuracy, the training time and the optimizer steps to reach the
     reference method's peak accuracy (GRPO's unless ``reference`` names another), the speed-up over
     the reference on time and its step ratio, step costs, memory, and the spread over seeds.
@@ -359,8 +373,9 @@ def summarise(out: Path, methods: list[str], seeds: int, reference: str = "grpo"
     curve; a method's time is the first evaluation time at which its mean curve reaches that value,
     and its steps the first step at which the mean curve, drawn linearly between evaluations,
     reaches it. Per seed, the same is computed against that seed's reference run (noisier: one
-    held-out set, one peak)."""
-    runs = {(m, s): read_evals(out / m / f"seed-{s}") for m in methods for s in range(seeds)
+    held-out set, one peak). Times are on ``clock``: wall seconds, or the training process's CPU
+    seconds (``cpu``)."""
+    runs = {(m, s): read_evals(out / m / f"seed-{s}", clock) for m in methods for s in range(seeds)
             if (out / m / f"seed-{s}" / "metrics.jsonl").exists()}
     runs = {k: v for k, v in runs.items() if v[0]}  # a run killed before its first evaluation has no curve
     missing = [f"{m} seed {s}" for m in methods for s in range(seeds) if (m, s) not in runs]
@@ -368,7 +383,7 @@ def summarise(out: Path, methods: list[str], seeds: int, reference: str = "grpo"
     ref_time = {s: first_time_reaching(points(runs[reference, s][0]), ref_peak[s]) for s in ref_peak}
     ref_steps = {s: crossing(points(runs[reference, s][0], "step"), ref_peak[s]) for s in ref_peak}
     target, ref_t = mean_peak([runs[reference, s][0] for s in ref_peak])
-    summary = {"reference": reference, "methods": {}, "seeds": seeds, "reference_peak_accuracy": target,
+    summary = {"reference": reference, "clock": clock, "methods": {}, "seeds": seeds, "reference_peak_accuracy": target,
                "reference_time_to_peak_s": ref_t, "reference_peak_accuracy_per_seed": ref_peak, "missing_runs": missing}
     for m in methods:
         per_seed = []
@@ -457,7 +472,8 @@ def markdown_table(summary: dict) -> str:
     name = "GRPO" if ref == "grpo" else ref
     lines = [
         f"{name}'s peak on its seed-mean curve: {fmt(summary.get('reference_peak_accuracy'), '.3f')}, "
-        f"reached at {fmt(summary.get('reference_time_to_peak_s'), '.0f')} s of training.\n",
+        f"reached at {fmt(summary.get('reference_time_to_peak_s'), '.0f')} s of training"
+        f"{' (CPU seconds of the training process)' if summary.get('clock') == 'cpu' else ''}.\n",
         f"| method | peak acc (mean ± std) | final acc | time to {name} peak (s) | speed-up vs {name} [95% CI] | per-seed speed-ups "
         f"| seeds reaching their {name} peak | steps to {name} peak | step ratio vs {name} [95% CI] | rollouts/step | step s "
         "| gen s/step | score s/step | update s/step | update peak MB |",
@@ -495,11 +511,13 @@ def plot(out: Path, summary: dict) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    for axis, key, name in [("training wall-clock seconds (evaluation excluded)", "train_seconds", "accuracy_vs_time.png"),
+    clock = summary.get("clock", "wall")
+    seconds = "training CPU seconds" if clock == "cpu" else "training wall-clock seconds"
+    for axis, key, name in [(f"{seconds} (evaluation excluded)", "train_seconds", "accuracy_vs_time.png"),
                             ("optimizer steps", "step", "accuracy_vs_steps.png")]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for m in summary["methods"]:
-            curves = [read_evals(out / m / f"seed-{p['seed']}")[0] for p in summary["methods"][m]["per_seed"]]
+            curves = [read_evals(out / m / f"seed-{p['seed']}", clock)[0] for p in summary["methods"][m]["per_seed"]]
             if not curves:
                 continue
             grid, values = held_curves(curves, key)

@@ -224,6 +224,11 @@ class Config:
     kept as ``config.before-step-N.yaml``."""
     time_budget_s: float = 0.0
     """Stop once the training clock (evaluation excluded) passes this many seconds (0: none)."""
+    clock: Literal["wall", "cpu"] = "wall"
+    """The training clock that ``time_budget_s`` and ``eval_every_s`` count: ``wall`` seconds, or
+    ``cpu``, the training process's CPU seconds, which other jobs on a shared CPU machine bend far
+    less (with ``threads=1``; docs/experiments/clock.md). Both are recorded in metrics.jsonl
+    (``train_seconds``, ``train_cpu_seconds``); the reward workers' CPU time is not counted."""
     report_to: list[str] = field(default_factory=list)
     """accelerate trackers: tensorboard, wandb, trackio, ..."""
     log_completions: int = 0

@@ -82,6 +82,7 @@ class Setup:
     head: torch.nn.Linear | None = None  # the output layer, where log-probs take the lean path
     start_step: int = 0
     train_seconds: float = 0.0
+    train_cpu_seconds: float = 0.0  # this process's CPU time over the same phases
     completions_log: TextIO | None = None  # completions.jsonl and eval_completions.jsonl, open
     eval_log: TextIO | None = None  # in the main process while a run logs completions
 
@@ -190,6 +191,7 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
         elif accelerator.is_main_process:
             log.warning("%s holds no optimizer state (save_optimizer): the optimizer starts afresh", resume_from)
         s.start_step, s.train_seconds = state["step"], state["train_seconds"]
+        s.train_cpu_seconds = state.get("train_cpu_seconds", 0.0)  # older checkpoints: from here
     s.sampler = Sampler(c, task, s.engine, scorer, tokenizer, s.system_prompt, accelerator, state.get("sampling"),
                         s.start_step)
     return s
@@ -348,7 +350,7 @@ def _train(s: Setup, c: Config) -> Path:
 
     # under a time budget (compare's runs: steps unbounded) the bar counts the training clock
     by_clock = c.time_budget_s > 0
-    bar = tqdm(total=c.time_budget_s if by_clock else c.steps, initial=min(s.train_seconds, c.time_budget_s) if by_clock
+    bar = tqdm(total=c.time_budget_s if by_clock else c.steps, initial=min(_clock(s, c), c.time_budget_s) if by_clock
                else s.start_step, unit="s" if by_clock else "step", disable=not (c.progress and acc.is_main_process),
                desc="train", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]" if by_clock else None)
     try:
@@ -370,9 +372,9 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
     acc = s.accelerator
     step = s.start_step
     failed = 0  # rollouts whose scoring failed, this session
-    while step < c.steps and not (c.time_budget_s and s.train_seconds >= c.time_budget_s):
+    while step < c.steps and not (c.time_budget_s and _clock(s, c) >= c.time_budget_s):
         step += 1
-        t0 = time.perf_counter()
+        t0, cpu0, clock0 = time.perf_counter(), time.process_time(), _clock(s, c)
         # 1-3. this rank's prompts and their rollouts, scored while later ones are generated; sharded:
         # on weights gathered once, so that ranks decode independently
         with sharding.whole_for_generation(s.model):
@@ -386,10 +388,12 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             stats = update(s, c, groups.rollouts, chosen, step)
         t4 = time.perf_counter()
         s.train_seconds += t4 - t0
+        s.train_cpu_seconds += time.process_time() - cpu0
+        elapsed = _clock(s, c) - clock0  # this step, on the clock that budgets and schedules count
 
         # 7. log, evaluate, checkpoint
         record = {
-            "step": step, "train_seconds": s.train_seconds,
+            "step": step, "train_seconds": s.train_seconds, "train_cpu_seconds": s.train_cpu_seconds,
             "generation_s": groups.generation_s, "scoring_s": groups.scoring_s, "selection_s": t3 - t2, "update_s": t4 - t3,
             **dict(zip(("reward_timeouts", "reward_retries"),
                        map(int, _sum_over_ranks(acc, [float(groups.timeouts), float(groups.retries)])))),
@@ -400,7 +404,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             **stats,
             "update_peak_memory_mb": mem.peak_mb, "update_memory_delta_mb": mem.delta_mb,
         }
-        due_by_clock = c.eval_every_s and int(s.train_seconds // c.eval_every_s) > int((s.train_seconds - (t4 - t0)) // c.eval_every_s)
+        due_by_clock = c.eval_every_s and int(_clock(s, c) // c.eval_every_s) > int(clock0 // c.eval_every_s)
         if (c.eval_every and step % c.eval_every == 0) or due_by_clock or step == c.steps:
             last_eval = _evaluate(s, c, step, metrics_file=None)
             record.update(last_eval)
@@ -417,7 +421,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             log.warning("step %d: %d rollout(s) scored 0: their scoring passed reward_timeout_s=%g CPU s or "
                         "reward_wall_timeout_s=%g s twice, or its worker died", step, record["reward_timeouts"],
                         c.reward_timeout_s, c.reward_wall_timeout_s)
-        bar.update(min(t4 - t0, c.time_budget_s - bar.n) if by_clock else 1)
+        bar.update(min(elapsed, c.time_budget_s - bar.n) if by_clock else 1)
         bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=_last_accuracy(last_eval),
                         gen=f"{record['generation_s']:.1f}s", score=f"{record['scoring_s']:.2f}s", update=f"{record['update_s']:.1f}s",
                         **({"scored_0": failed} if failed else {}))
@@ -426,10 +430,17 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
 
     if step < c.steps:  # stopped by the time budget: evaluate and save where it stopped
         if last_eval is None or last_eval.get("eval_step") != step:
-            record = {"step": step, "train_seconds": s.train_seconds, **_evaluate(s, c, step, None)}
+            record = {"step": step, "train_seconds": s.train_seconds, "train_cpu_seconds": s.train_cpu_seconds,
+                      **_evaluate(s, c, step, None)}
             if acc.is_main_process:
                 metrics_file.write(json.dumps(_jsonable(record)) + "\n")
         save_checkpoint(s, step, with_optimizer=keeps_optimizer(c))
+
+
+def _clock(s: Setup, c: Config) -> float:
+    """The training clock that ``time_budget_s`` and ``eval_every_s`` count (``clock``): wall
+    seconds, or this process's CPU seconds."""
+    return s.train_cpu_seconds if c.clock == "cpu" else s.train_seconds
 
 
 def _last_accuracy(last_eval: dict | None) -> str:
@@ -467,7 +478,8 @@ def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
         s.eval_log.writelines(json.dumps({"step": step, **sample}) + "\n" for sample in samples)
         s.eval_log.flush()
     if metrics_file is not None:
-        metrics_file.write(json.dumps({"step": step, "train_seconds": s.train_seconds, **result}) + "\n")
+        metrics_file.write(json.dumps({"step": step, "train_seconds": s.train_seconds,
+                                       "train_cpu_seconds": s.train_cpu_seconds, **result}) + "\n")
         metrics_file.flush()
     if s.accelerator.is_main_process:
         log.info("step %d: held-out accuracy %.3f", step, accuracy)
