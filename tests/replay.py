@@ -50,6 +50,9 @@ class Recording:
     def sync_weights(self) -> None:
         self.engine.sync_weights()
 
+    def phase(self):
+        return self.engine.phase()
+
 
 class Replay:
     """Wraps an engine: each generated row whose key the recording holds is replaced by the
@@ -91,6 +94,9 @@ class Replay:
     def sync_weights(self) -> None:
         self.engine.sync_weights()
 
+    def phase(self):
+        return self.engine.phase()
+
 
 def install(trainer) -> None:
     """Have ``trainer.make_engine`` wrap the engine it builds as the environment asks (the
@@ -100,8 +106,8 @@ def install(trainer) -> None:
         return
     real = trainer.make_engine
 
-    def make_engine(name, model, tokenizer, config):
-        engine = real(name, model, tokenizer, config)
+    def make_engine(name, model, tokenizer, config, *args):
+        engine = real(name, model, tokenizer, config, *args)
         wrapped = Recording(engine, record) if record else Replay(engine, replay, tokenizer.pad_token_id)
         engines.append(wrapped)
         return wrapped

@@ -305,3 +305,34 @@ def test_fsdp_with_adaptive_sampling_matches_ddp(tiny_model_dir, tmp_path):
     for a, b in zip(runs["ddp"][0]["steps"], runs["fsdp"][0]["steps"]):
         assert abs(a["loss"] - b["loss"]) < LOSS_TOL
         assert abs(a["grad_norm"] - b["grad_norm"]) < GRAD_NORM_RTOL * a["grad_norm"]
+
+
+def test_fsdp_with_vllm_pushes_once_per_phase_on_every_rank(tiny_model_dir, tmp_path):
+    """The vLLM engine under FSDP2 (around tests/fake_vllm.py's stand-in, whose samples depend on
+    their seeds alone): the ranks take different numbers of generate calls (adaptive_n rounds,
+    dynamic sampling's batches, an evaluation with one problem, which rank 1 does not generate
+    for), yet each push, a chain of collectives, happens at the same points on both; nothing is
+    unsharded for generation; the run finishes (a rank out of step would hang until the timeout)
+    and trains as one process does on the same rollouts."""
+    options = [*_common(tiny_model_dir), "rollout.engine=vllm", "adaptive_n=true", "adaptive_round=2", "n=8", "m=4",
+               "dynamic_sampling=true", "dynamic_sampling_rounds=2", "task.test_size=1", "steps=2"]
+    env = {**cpu_env(), "PODSRL_FAKE_VLLM": "1"}
+    one = subprocess.run([sys.executable, WORKER, str(tmp_path / "one" / "ranks"), *options,
+                          f"output_dir={tmp_path / 'one' / 'run'}"], env=env, capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-4000:]
+    result = launch("fsdp_cpu_2proc.yaml", WORKER, str(tmp_path / "two" / "ranks"), *options,
+                    f"output_dir={tmp_path / 'two' / 'run'}", env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    single = json.loads((tmp_path / "one" / "ranks" / "rank0.json").read_text())
+    ranks = [json.loads((tmp_path / "two" / "ranks" / f"rank{r}.json").read_text()) for r in range(2)]
+    assert all(r["distributed_type"] == "DistributedType.FSDP" and r["dtensor_params"] == r["params"] for r in ranks)
+    pushes = [[e for e in r["calls"] if e in ("push", "update")] for r in ranks]
+    assert pushes[0] == pushes[1] == ["push", "update", "push", "update", "push"]  # before each step, and the eval
+    assert ranks[0]["calls"].count("generate") != ranks[1]["calls"].count("generate")
+    assert ranks[0]["pushed"] == ranks[1]["pushed"]  # the same whole weights on both ranks
+    assert all(r["unshards"] == 0 for r in ranks)  # vLLM generates: no FSDP module gathered for it
+    for a, b in zip(single["push_sums"], ranks[0]["push_sums"]):
+        assert abs(a - b) < 1e-6 * a
+    for a, b in zip(single["steps"], ranks[0]["steps"]):
+        assert abs(a["loss"] - b["loss"]) < LOSS_TOL
+        assert abs(a["grad_norm"] - b["grad_norm"]) < GRAD_NORM_RTOL * a["grad_norm"]

@@ -112,6 +112,59 @@ def test_pushed_weights_of_a_sharded_policy_are_whole(tiny_model_dir):
     assert all(type(t) is torch.Tensor and torch.allclose(t, reference[k], atol=1e-6) for k, t in pushed.items())
 
 
+# --------------------------------------------------------------------------- the engine's calls (a stand-in for vLLM)
+
+
+def fake_run(monkeypatch, tiny_config, *overrides: str, **fake):
+    """A run of the tiny model with the vLLM engine around tests/fake_vllm.py's stand-in; returns
+    the calls it recorded (and ``update`` for each optimizer step), the fakes and the metrics."""
+    import fake_vllm
+    from podsrl import trainer
+
+    log = []
+    built = fake_vllm.install(monkeypatch, trainer, log, **fake)
+    real_update = trainer.update
+
+    def update(*args, **kwargs):
+        log.append("update")
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "update", update)
+    c = tiny_config("rollout.engine=vllm", *overrides)
+    out = trainer.train(c)
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    return log, built, rows
+
+
+def test_one_push_per_rollout_phase_whatever_the_rounds(monkeypatch, tiny_config):
+    """adaptive_n draws a step's rollouts in several generate calls: the weights reach vLLM once
+    per phase (the step's rollouts, an evaluation), after each update, never per call."""
+    log, built, rows = fake_run(monkeypatch, tiny_config, "adaptive_n=true", "n=8", "m=4", "adaptive_round=2",
+                                "steps=3", "eval_every=2")
+    assert all(r["adaptive_rounds"] > 1 for r in rows if "adaptive_rounds" in r)  # several calls a step
+    between = " ".join(e for e in log if e in ("push", "generate", "update")).split("update")
+    # before step 1: one push, the evaluation at step 0 and step 1's rounds; after each update:
+    # one push, then that step's evaluation (steps 2 and 3) and the next step's rounds
+    assert [segment.split().count("push") for segment in between] == [1, 1, 1, 1]
+    assert [segment.split()[0] for segment in between[:3]] == ["push"] * 3
+    assert log.count("generate") > 2 * log.count("push")
+    assert len(set(built[0].pushed)) == 4  # each push carried the weights of its step
+
+
+def test_sleep_empties_the_cache_before_every_wake_up(monkeypatch, tiny_config):
+    """rollout.sleep: each phase wakes vLLM (PyTorch's cache emptied first), pushes the weights
+    it dropped, generates and sleeps again, however many rounds it generates."""
+    import re
+
+    log, _, _ = fake_run(monkeypatch, tiny_config, "rollout.sleep=true", "adaptive_n=true", "n=8", "m=4",
+                            "adaptive_round=2", "steps=2")
+    phase = r"empty_cache wake_up:weights push reset_prefix_cache wake_up:kv_cache (generate )+sleep:2 empty_cache "
+    text = " ".join(log) + " "
+    # sleep at start; the evaluation at step 0; steps 1 and 2, each with its update; the final evaluation
+    assert re.fullmatch(rf"sleep:2 empty_cache ({phase})({phase}update ){{2}}{phase}", text), text
+    assert all(log[i - 1] == "empty_cache" for i, e in enumerate(log) if e.startswith("wake_up:weights"))
+
+
 # --------------------------------------------------------------------------- the engine in this process
 
 

@@ -181,7 +181,8 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
     s = Setup(accelerator, model, tokenizer, None, optimizer, task,
               task.system_prompt if c.task.system_prompt is None else c.task.system_prompt,
               scorer, run, ref_model=ref_model, head=head)
-    s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
+    s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout,
+                           c.model.trust_remote_code)
     state = {}
     if resume_from is not None:
         state = read_state(resume_from)
@@ -373,9 +374,9 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
     while step < c.steps and not (c.time_budget_s and s.train_seconds >= c.time_budget_s):
         step += 1
         t0 = time.perf_counter()
-        # 1-3. this rank's prompts and their rollouts, scored while later ones are generated; sharded:
-        # on weights gathered once, so that ranks decode independently
-        with sharding.whole_for_generation(s.model):
+        # 1-3. this rank's prompts and their rollouts, scored while later ones are generated, in one
+        # rollout phase of the engine (weights gathered or pushed once, the same on every rank)
+        with s.engine.phase():
             groups = s.sampler.step_groups(step)
         t2 = time.perf_counter()
         # 4-5. select m per prompt; advantages over the selected subset
@@ -458,7 +459,7 @@ def _log_completions(file, c: Config, step: int, groups: Groups, chosen: Selecte
 
 def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
     t = time.perf_counter()
-    with sharding.whole_for_generation(s.model):  # a rank may have no problem to generate for
+    with s.engine.phase():  # on every rank, also one with no problem to generate for
         accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
                                      c.eval_temperature, s.accelerator, keep=c.log_completions,
                                      progress=c.progress and s.accelerator.is_main_process)

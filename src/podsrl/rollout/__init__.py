@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Callable, NamedTuple, Protocol
 
 import torch
@@ -58,6 +59,15 @@ class RolloutEngine(Protocol):
         """Make the engine sample from the policy's current weights (after an update)."""
         ...
 
+    def phase(self) -> AbstractContextManager:
+        """Hold the engine ready for one phase of generate calls (a step's rollouts, an
+        evaluation). Whatever the engine must gather or push for them (FSDP2's whole weights, the
+        policy's weights into vLLM) happens on entry and exit, never in ``generate``: under several
+        processes every process enters and leaves each phase at the same points, so they run the
+        same collectives whatever, and however often, each then generates (nothing, on a process
+        without evaluation problems)."""
+        ...
+
 
 def check_engine(name: str, config) -> None:
     """Refuse, before any model loads, an engine setting this machine cannot run (``PodsError``)."""
@@ -67,7 +77,7 @@ def check_engine(name: str, config) -> None:
         check_vllm(config)
 
 
-def make_engine(name: str, model, tokenizer, config) -> RolloutEngine:
+def make_engine(name: str, model, tokenizer, config, trust_remote_code: bool = False) -> RolloutEngine:
     if name == "hf":
         from podsrl.rollout.hf import HFEngine
 
@@ -76,7 +86,7 @@ def make_engine(name: str, model, tokenizer, config) -> RolloutEngine:
     if name == "vllm":
         from podsrl.rollout.vllm import VLLMEngine
 
-        return VLLMEngine(model, tokenizer, config)
+        return VLLMEngine(model, tokenizer, config, trust_remote_code)
     from podsrl.errors import PodsError
 
     raise PodsError(f"unknown rollout engine {name!r}; known: hf, vllm")
