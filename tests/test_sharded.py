@@ -336,3 +336,61 @@ def test_fsdp_with_vllm_pushes_once_per_phase_on_every_rank(tiny_model_dir, tmp_
     for a, b in zip(single["steps"], ranks[0]["steps"]):
         assert abs(a["loss"] - b["loss"]) < LOSS_TOL
         assert abs(a["grad_norm"] - b["grad_norm"]) < GRAD_NORM_RTOL * a["grad_norm"]
+
+
+def test_fsdp1_is_refused_on_every_device(monkeypatch):
+    """On GPUs accelerate applies an FSDP1 config itself; on CPU processes podsrl does: refused
+    in one line either way."""
+    from types import SimpleNamespace
+
+    from accelerate import DistributedType
+
+    from podsrl import sharding
+    from podsrl.errors import PodsError
+
+    class GPUAccelerator:  # what accelerate builds on GPU processes from an fsdp_version: 1 config
+        def __init__(self, cpu=False, **kwargs):
+            self.distributed_type = DistributedType.FSDP
+            self.state = SimpleNamespace(fsdp_plugin=SimpleNamespace(fsdp_version=1))
+
+    monkeypatch.setattr(sharding, "Accelerator", GPUAccelerator)
+    monkeypatch.setattr(sharding, "cpu_processes", lambda: False)
+    with pytest.raises(PodsError, match=r"^FSDP needs fsdp_version: 2 in the accelerate config \(got 1\); FSDP1 is not supported$"):
+        sharding.make_accelerator()
+
+
+def test_fsdp1_on_cpu_processes_is_refused_in_one_line(tiny_model_dir, tmp_path):
+    config = tmp_path / "fsdp1.yaml"
+    config.write_text((REPO / "configs" / "accelerate" / "fsdp_cpu_2proc.yaml").read_text().replace("fsdp_version: 2", "fsdp_version: 1"))
+    assert "fsdp_version: 1" in config.read_text()
+    result = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
+                             "--config_file", str(config), "-m", "podsrl", "train", f"model.name_or_path={tiny_model_dir}",
+                             "prompts_per_step=2", "n=2", "m=2", "steps=1", f"output_dir={tmp_path / 'run'}"],
+                            env=cpu_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("podsrl: error:")]
+    assert errors and all(line.endswith("FSDP1 is not supported") for line in errors)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_fsdp2_state_read_exists_in_this_torch():
+    """sharding.py reads whether an FSDP2 module reshards after its forward from torch's private
+    FSDP state (no public getter); the attribute it reads is there in the installed torch."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    from podsrl.sharding import _reshards_after_forward, whole_for_generation
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        fully_shard(model[0])
+        fully_shard(model[1], reshard_after_forward=False)
+        fully_shard(model)
+        assert isinstance(model[0], FSDPModule)
+        assert _reshards_after_forward(model[0]) and not _reshards_after_forward(model[1])
+        with whole_for_generation(model):
+            assert not _reshards_after_forward(model[0])
+        assert _reshards_after_forward(model[0]) and not _reshards_after_forward(model[1])  # restored
+    finally:
+        dist.destroy_process_group()
