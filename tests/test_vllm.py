@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import REPO, free_port, save_tiny_llama, subprocess_env
+from fake_vllm import FakeLLM
 from podsrl import models
 from podsrl.config import RolloutConfig
 from podsrl.evaluate import chat_prompt
@@ -110,6 +111,85 @@ def test_pushed_weights_of_a_sharded_policy_are_whole(tiny_model_dir):
         dist.destroy_process_group()
     assert pushed.keys() == reference.keys()
     assert all(type(t) is torch.Tensor and torch.allclose(t, reference[k], atol=1e-6) for k, t in pushed.items())
+
+
+def test_pushed_weights_merge_lora_on_embeddings_and_the_weights_tied_to_them(tiny_model_dir):
+    """LoRA on the embeddings (peft keeps it apart, as lora_embedding_A/B) is merged too, and the
+    tiny model's output layer, tied to the embeddings, comes out merged as peft's merge leaves it."""
+    from podsrl.rollout.vllm import policy_weights
+
+    model = models.add_lora(models.load_model(tiny_model_dir), r=4, alpha=8, dropout=0.0,
+                            target_modules=["embed_tokens", "q_proj"])
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=generator))
+    pushed = dict(policy_weights(model))
+    reference = copy.deepcopy(model).merge_and_unload().state_dict()
+    assert pushed.keys() == reference.keys()
+    assert all(torch.allclose(pushed[k], reference[k], atol=1e-6) for k in reference)
+    base = models.load_model(tiny_model_dir).state_dict()
+    for key in ("model.embed_tokens.weight", "lm_head.weight", "model.layers.0.self_attn.q_proj.weight"):
+        assert not torch.allclose(pushed[key], base[key])  # the adapter reached each of them
+
+
+def test_pushed_names_lose_the_checkpoint_wrapper(tiny_model_dir):
+    """accelerate's FSDP2 activation checkpointing wraps each layer in torch's checkpoint wrapper,
+    whose module path has ``_checkpoint_wrapped_module.``: vLLM gets the checkpoint's names, and
+    the LoRA layers inside the wrapped layers are found and merged."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    from podsrl.rollout.vllm import policy_weights
+
+    model = lora_policy(tiny_model_dir)
+    before = dict(policy_weights(model))
+    layers = model.get_base_model().model.layers
+    for i, layer in enumerate(layers):
+        layers[i] = checkpoint_wrapper(layer)
+    assert any("_checkpoint_wrapped_module" in name for name, _ in model.named_modules())
+    after = dict(policy_weights(model))
+    assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_offloaded_shards_move_to_their_mesh_device_before_the_gather():
+    """FSDP2 with CPU offload keeps each shard on the CPU while its mesh is CUDA's: the shard moves
+    to the mesh's device before ``full_tensor()`` (NCCL gathers no CPU tensors)."""
+    from types import SimpleNamespace
+
+    from podsrl.rollout.vllm import _full
+
+    calls = []
+
+    class Shard:  # a DTensor's surface: its device, its mesh, to() and full_tensor()
+        def __init__(self, device):
+            self.device, self.device_mesh = torch.device(device), SimpleNamespace(device_type="cuda")
+
+        def to(self, device):
+            calls.append(f"to:{device}")
+            return Shard(device)
+
+        def full_tensor(self):
+            calls.append(f"full_tensor on {self.device.type}")
+            return torch.zeros(2)
+
+    _full(Shard("cpu"))
+    _full(Shard("cuda"))
+    assert calls == ["to:cuda", "full_tensor on cuda", "full_tensor on cuda"]
+
+
+def test_vllm_gets_trust_remote_code(monkeypatch, tiny_model_dir):
+    from podsrl.rollout import make_engine
+    from podsrl.rollout import vllm
+
+    model, tokenizer = models.load_model(tiny_model_dir), models.load_tokenizer(tiny_model_dir)
+    config = RolloutConfig(engine="vllm")
+    assert vllm.engine_arguments(model, config, True, cuda=False, rank=0, world=1)["trust_remote_code"] is True
+    assert vllm.engine_arguments(model, config, False, cuda=False, rank=0, world=1)["trust_remote_code"] is False
+    started = []
+    monkeypatch.setattr(vllm, "_start_vllm", lambda model, config, trust: started.append(trust) or FakeLLM([], 10))
+    make_engine("vllm", model, tokenizer, config, trust_remote_code=True)
+    assert started == [True]
 
 
 # --------------------------------------------------------------------------- the engine's calls (a stand-in for vLLM)

@@ -199,36 +199,55 @@ def _start_vllm(model, config, trust_remote_code: bool):
                                   int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))))
 
 
+CHECKPOINT_WRAPPER = "_checkpoint_wrapped_module."
+"""The prefix torch's checkpoint wrapper (accelerate's FSDP2 activation checkpointing) adds to the
+paths of the modules it wraps; checkpoints, and vLLM, know them without it (torch's wrapper drops
+it from its state dict itself; a name that still has it loses it here)."""
+
+
 def policy_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
     """The policy's weights under the base model's checkpoint names, one tensor at a time, in the
-    model's order (layer by layer, as vLLM's in-place reload prefers). A LoRA adapter is merged:
-    each adapted weight comes out as ``W + scaling * B @ A`` (``W`` itself is not changed).
-    Sharded tensors (FSDP2's DTensors) are gathered, a collective that every rank joins."""
+    model's order (layer by layer, as vLLM's in-place reload prefers). A LoRA adapter is merged,
+    on linear and embedding layers alike: each adapted weight comes out as ``W + ΔW``, with
+    ``ΔW = scaling * B @ A`` (transposed for embeddings), and a weight tied to an adapted one
+    (an output layer sharing the embeddings) comes out merged too, as peft's merge leaves it;
+    ``W`` itself is not changed. Sharded tensors (FSDP2's DTensors) are gathered, a collective that
+    every rank joins; names lose the checkpoint wrapper's prefix."""
     lora = hasattr(model, "peft_config")
     base = model.get_base_model() if lora else model
+    parameter = {name: id(p) for name, p in base.named_parameters(remove_duplicate=False)}  # tied: one id
+    merged = {}  # id of an adapted weight -> its merged tensor, for the weights tied to it
     for name, tensor in base.state_dict().items():
         if lora and ".lora_" in name:  # the adapter's own tensors: merged below
             continue
+        tensor = _full(tensor)
         if lora and ".base_layer." in name:
             module_name, _, leaf = name.partition(".base_layer.")
-            tensor = _full(tensor)
             if leaf == "weight":
                 tensor = (tensor.float() + lora_delta(base.get_submodule(module_name))).to(tensor.dtype)
+                merged[parameter.get(name)] = tensor
             name = f"{module_name}.{leaf}"
-        yield name, _full(tensor)
+        elif parameter.get(name, "buffer") in merged:
+            tensor = merged[parameter[name]]
+        yield name.replace(CHECKPOINT_WRAPPER, ""), tensor
 
 
-def lora_delta(layer) -> torch.Tensor:
-    """``sum over active adapters of scaling * B @ A`` of a peft LoRA linear layer, in float32
-    (``[out, in]``, transposed for ``fan_in_fan_out`` layers)."""
+def lora_delta(layer) -> torch.Tensor | float:
+    """``sum over active adapters of ΔW`` of a peft LoRA layer, in float32: ``scaling * B @ A``
+    (``[out, in]``, transposed for ``fan_in_fan_out`` layers) for a linear layer, ``scaling *
+    (B @ A)ᵀ`` (``[vocabulary, dim]``) for an embedding."""
     delta = 0.0
     for adapter in layer.active_adapters:
-        if adapter not in layer.lora_A:
-            continue
-        a = _full(layer.lora_A[adapter].weight).float()  # [r, in]
-        b = _full(layer.lora_B[adapter].weight).float()  # [out, r]
-        delta = delta + (b @ a) * layer.scaling[adapter]
-    return delta.T if getattr(layer, "fan_in_fan_out", False) and torch.is_tensor(delta) else delta
+        if adapter in getattr(layer, "lora_embedding_A", {}):
+            a = _full(layer.lora_embedding_A[adapter]).float()  # [r, vocabulary]
+            b = _full(layer.lora_embedding_B[adapter]).float()  # [dim, r]
+            delta = delta + (b @ a).T * layer.scaling[adapter]
+        elif adapter in layer.lora_A:
+            a = _full(layer.lora_A[adapter].weight).float()  # [r, in]
+            b = _full(layer.lora_B[adapter].weight).float()  # [out, r]
+            ab = b @ a
+            delta = delta + (ab.T if getattr(layer, "fan_in_fan_out", False) else ab) * layer.scaling[adapter]
+    return delta
 
 
 def _rotary_reload_notice(record: logging.LogRecord) -> bool:
@@ -239,6 +258,12 @@ def _rotary_reload_notice(record: logging.LogRecord) -> bool:
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
+    """``tensor`` whole: a DTensor gathered (on its mesh's device: FSDP2 keeps CPU-offloaded
+    shards on the CPU, which NCCL cannot gather), any other tensor as it is."""
+    if not hasattr(tensor, "full_tensor"):  # not a DTensor
+        return tensor.detach()
+    mesh_device = tensor.device_mesh.device_type
+    if tensor.device.type != mesh_device:
+        tensor = tensor.to(mesh_device)
+    return tensor.full_tensor()
 
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor.detach()
