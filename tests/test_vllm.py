@@ -192,6 +192,18 @@ def test_vllm_gets_trust_remote_code(monkeypatch, tiny_model_dir):
     assert started == [True]
 
 
+def test_vllm_dtype_is_bf16_on_cuda_by_default_and_configurable(tiny_model_dir):
+    from podsrl.rollout.vllm import engine_arguments, engine_dtype
+
+    model = models.load_model(tiny_model_dir)  # float32
+    dtype = lambda cuda, bf16=True, **kw: engine_arguments(model, RolloutConfig(engine="vllm", **kw), False, cuda=cuda,
+                                                           rank=0, world=1, bf16_supported=bf16)["dtype"]
+    assert dtype(cuda=True) == "bfloat16" and dtype(cuda=True, bf16=False) == "float16"
+    assert dtype(cuda=False) == "float32"  # the policy's: exact against it on a CPU
+    assert dtype(cuda=True, dtype="float32") == "float32" and dtype(cuda=False, dtype="bfloat16") == "bfloat16"
+    assert engine_dtype("auto", torch.bfloat16, cuda=False, bf16_supported=False) == "bfloat16"
+
+
 # --------------------------------------------------------------------------- the engine's calls (a stand-in for vLLM)
 
 

@@ -109,6 +109,11 @@ class RolloutConfig:
     sleep: bool = False
     """vLLM on a CUDA GPU: release its memory during the update (sleep mode) and wake for the next
     rollout."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """vLLM: the dtype of its weights and KV cache; ``auto``: bfloat16 on a CUDA GPU (float16 on
+    one without bf16), the policy's dtype on a CPU. The policy's weights are cast as they are pushed;
+    the importance-sampling correction (``vllm_importance_sampling_correction``) weighs what the
+    lower precision changes."""
 
 
 @dataclass

@@ -157,7 +157,19 @@ class VLLMEngine:
         )
 
 
-def engine_arguments(model, config, trust_remote_code: bool, cuda: bool, rank: int, world: int) -> dict:
+def engine_dtype(setting: str, policy_dtype: torch.dtype, cuda: bool, bf16_supported: bool) -> str:
+    """vLLM's dtype: ``rollout.dtype``, or for ``auto`` bfloat16 on a CUDA GPU (float16 where it
+    lacks bf16; TRL and verl sample in bf16 too: half the weight and KV-cache memory of float32),
+    and the policy's dtype on a CPU (exact against the policy there)."""
+    if setting != "auto":
+        return setting
+    if cuda:
+        return "bfloat16" if bf16_supported else "float16"
+    return str(policy_dtype).removeprefix("torch.")
+
+
+def engine_arguments(model, config, trust_remote_code: bool, cuda: bool, rank: int, world: int,
+                     bf16_supported: bool = True) -> dict:
     """The arguments of vLLM's ``LLM`` for an engine that samples for ``model``."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return dict(
@@ -166,7 +178,7 @@ def engine_arguments(model, config, trust_remote_code: bool, cuda: bool, rank: i
         # random weights at start: the policy's are pushed before the first rollout (they may
         # differ from the folder's: resumed, or changed in memory), so the folder's are not read
         load_format="dummy",
-        dtype=str(base.dtype).removeprefix("torch."),
+        dtype=engine_dtype(config.dtype, base.dtype, cuda, bf16_supported),
         # sampling as this engine sets it, not as the model folder's generation config would
         generation_config="vllm",
         gpu_memory_utilization=config.gpu_memory_utilization,
@@ -195,8 +207,9 @@ def _start_vllm(model, config, trust_remote_code: bool):
     from vllm import LLM
 
     logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_rotary_reload_notice)
-    return LLM(**engine_arguments(model, config, trust_remote_code, torch.cuda.is_available(),
-                                  int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))))
+    cuda = torch.cuda.is_available()
+    return LLM(**engine_arguments(model, config, trust_remote_code, cuda, int(os.environ.get("RANK", "0")),
+                                  int(os.environ.get("WORLD_SIZE", "1")), cuda and torch.cuda.is_bf16_supported()))
 
 
 CHECKPOINT_WRAPPER = "_checkpoint_wrapped_module."
