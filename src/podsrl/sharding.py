@@ -97,6 +97,12 @@ def is_sharded(acc: Accelerator) -> bool:
     return acc.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
 
 
+def params_whole(acc: Accelerator) -> bool:
+    """Whether each process holds every parameter whole outside a forward: not under FSDP (ZeRO-2
+    partitions gradients and optimizer state only; ZeRO-3 is refused)."""
+    return acc.distributed_type != DistributedType.FSDP
+
+
 def is_deepspeed(acc: Accelerator) -> bool:
     return acc.distributed_type == DistributedType.DEEPSPEED
 

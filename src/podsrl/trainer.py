@@ -176,8 +176,8 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
 
-    # a sharded output layer is whole only inside the forward: full logits there
-    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharding.is_sharded(accelerator) else None
+    # an FSDP-sharded output layer is whole only inside the forward: full logits there
+    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and sharding.params_whole(accelerator) else None
     s = Setup(accelerator, model, tokenizer, None, optimizer, task,
               task.system_prompt if c.task.system_prompt is None else c.task.system_prompt,
               scorer, run, ref_model=ref_model, head=head)
