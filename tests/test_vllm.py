@@ -257,6 +257,22 @@ def test_sleep_empties_the_cache_before_every_wake_up(monkeypatch, tiny_config):
     assert all(log[i - 1] == "empty_cache" for i, e in enumerate(log) if e.startswith("wake_up:weights"))
 
 
+def test_sampler_correction_takes_vllms_logprobs_caps_them_and_moves_the_loss(monkeypatch, tiny_config):
+    """A sampler whose log-probs of its tokens are far below the policy's (tests/fake_vllm.py's,
+    shifted by -20): every token's ratio is over the cap, so the mean weight is the cap, every
+    token is counted as capped, and the first step's loss (the same weights, the same rollouts) is
+    the cap times the uncorrected one."""
+    common = ("beta=0", "loss_type=bnpo")
+    _, _, plain = fake_run(monkeypatch, tiny_config, "vllm_importance_sampling_correction=false", *common,
+                           "output_dir=" + str(tiny_config().output_dir) + "-plain", logprob_shift=-20.0)
+    _, _, corrected = fake_run(monkeypatch, tiny_config, *common, logprob_shift=-20.0)
+    steps = [(a, b) for a, b in zip(plain, corrected) if "loss" in a]
+    assert len(steps) == 2 and all(a["sampling_ratio"] is None for a, _ in steps)
+    assert all(b["sampling_ratio"] == pytest.approx(3.0) and b["sampling_clipped"] == 1.0 for _, b in steps)
+    first_plain, first_corrected = steps[0][0]["loss"], steps[0][1]["loss"]
+    assert first_plain != 0 and first_corrected == pytest.approx(3.0 * first_plain, rel=1e-5)
+
+
 # --------------------------------------------------------------------------- the engine in this process
 
 
@@ -329,6 +345,23 @@ def test_vllm_samples_from_the_updated_policy(policy, engine):
     finally:
         model.load_state_dict(saved)
         engine.sync_weights()
+
+
+@needs_vllm
+def test_vllm_returns_the_sampled_tokens_logprobs_and_the_correction_is_one_for_the_same_policy(policy, engine):
+    """The rollouts carry vLLM's log-probs of its sampled tokens (0 at padding), the policy's own
+    within the tolerance above; the correction's weights are then 1 to within 1e-4 on average."""
+    from podsrl.loss import policy_loss
+
+    model, tokenizer, prompts = policy
+    out = engine.generate(prompts[:2], 4, 1.0, 12, seeds=[5, 6])
+    ours = completion_logprobs(model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask)
+    assert out.sampler_logp.shape == ours.shape and not out.sampler_logp[out.completion_mask == 0].any()
+    gap = float((out.sampler_logp - ours).abs().max())
+    _, stats = policy_loss(ours, torch.ones(len(ours)), out.completion_mask, sampler_logp=out.sampler_logp)
+    print(f"max |vLLM logp - policy logp| {gap:.3g}; mean weight - 1: {float(stats.sampling_ratio) - 1:.3g}")
+    assert gap < LOGPROB_TOLERANCE and abs(float(stats.sampling_ratio) - 1) < 1e-4
+    assert float(stats.sampling_clipped) == 0.0
 
 
 def kept_tokens(rollouts, row: int) -> list[int]:
@@ -405,6 +438,25 @@ def test_vllm_gets_the_lora_adapter_merged(policy):
         base = HFEngine(model, tokenizer).generate(prompts, 1, 0.0, 16)
     assert not torch.equal(ours.completion_ids, base.completion_ids)  # the adapter matters
     assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+
+
+@needs_vllm
+def test_vllm_in_bfloat16_samples_from_the_pushed_float32_policy(policy):
+    """rollout.dtype=bfloat16 (the default on a GPU) on the CPU build: the float32 policy's weights
+    are cast as they are pushed, and vLLM's log-probs stay near the policy's, the gap the
+    correction weighs."""
+    from podsrl.loss import policy_loss
+    from podsrl.rollout.vllm import VLLMEngine
+
+    model, tokenizer, prompts = policy
+    bf16 = VLLMEngine(model, tokenizer, RolloutConfig(engine="vllm", kv_cache_mb=KV_CACHE_MB, dtype="bfloat16"))
+    assert bf16.llm.llm_engine.model_config.dtype == torch.bfloat16
+    out = bf16.generate(prompts[:2], 4, 1.0, 12, seeds=[5, 6])
+    ours = completion_logprobs(model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask)
+    gap = float(((out.sampler_logp - ours).abs() * out.completion_mask).sum() / out.completion_mask.sum())
+    _, stats = policy_loss(ours, torch.ones(len(ours)), out.completion_mask, sampler_logp=out.sampler_logp)
+    print(f"bf16 vLLM: mean |logp gap| {gap:.3g}, mean weight {float(stats.sampling_ratio):.4f}")
+    assert 0 < gap < 0.1 and abs(float(stats.sampling_ratio) - 1) < 0.1
 
 
 # --------------------------------------------------------------------------- training runs

@@ -194,12 +194,19 @@ class Config:
     epsilon_high: float = 0.2
     """Upper clip range of the importance ratio: ``1 + epsilon_high`` (DAPO's clip-higher when larger
     than ``epsilon_low``)."""
+    vllm_importance_sampling_correction: bool = True
+    """rollout.engine=vllm: weight each token's loss by min(π_θ / μ, cap), the truncated ratio of the
+    policy's probability of the token to vLLM's (other kernels, often another precision: bf16,
+    CUDA graphs), as TRL does; its mean and the share of tokens capped are logged
+    (``sampling_ratio``, ``sampling_clipped``). The HF engine samples from the policy itself."""
+    vllm_importance_sampling_cap: float = 3.0
+    """The cap of that ratio (TRL's ``vllm_importance_sampling_clip_max``), >= 1."""
     skip_zero_advantage: bool = True
     """With beta = 0, rollouts whose advantage is exactly 0 (all-equal groups) skip the forward and
     backward: they add nothing to the gradient, and the loss's normalisers still count them."""
     lean_logprobs: bool = True
     """Per-token log-probs chunk by chunk from the hidden states, never the full [N, T, V] logits
-    (falls back to full logits under FSDP / DeepSpeed or for an unusual output layer)."""
+    (falls back to full logits under FSDP or for an unusual output layer)."""
     mixed_precision: Literal["no", "bf16", "fp16"] | None = None
     """Autocast through accelerate (weights stay in model.dtype); default: the launcher's setting
     (``accelerate launch`` sets one), else bf16 on a CUDA GPU that supports it, as TRL does (unless
@@ -437,6 +444,8 @@ def validate(c: Config) -> None:
     need(c.beta >= 0, f"beta must be >= 0, got {c.beta}")
     need(0 <= c.epsilon_low < 1 and c.epsilon_high >= 0,
          f"epsilon_low must be in [0, 1) and epsilon_high >= 0, got {c.epsilon_low} and {c.epsilon_high}")
+    need(c.vllm_importance_sampling_cap >= 1,
+         f"vllm_importance_sampling_cap must be >= 1, got {c.vllm_importance_sampling_cap}")
     need(c.micro_batch_size is None or c.micro_batch_size >= 1, "micro_batch_size must be >= 1")
     for key in ("eval_every", "eval_every_s", "eval_temperature", "save_every", "time_budget_s", "log_completions"):
         need(getattr(c, key) >= 0, f"{key} must be >= 0, got {getattr(c, key)}")

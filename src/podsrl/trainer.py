@@ -246,7 +246,9 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     # normalisers of the whole optimizer batch, so micro-batch losses add up to its loss;
     # bnpo's token count is averaged over ranks, as the gradients are
     num_tokens = acc.reduce(mask.sum().float().to(acc.device), reduction="mean") if acc.num_processes > 1 else mask.sum()
-    totals = dict(loss=0.0, clip_fraction=0.0, kl=0.0, tokens=float(mask.sum()))  # skipped tokens: not clipped, KL 0
+    totals = dict(loss=0.0, clip_fraction=0.0, kl=0.0, tokens=float(mask.sum()),  # skipped tokens: not clipped, KL 0
+                  sampling_ratio=0.0, sampling_clipped=0.0, sampled_tokens=0.0)  # over the trained tokens
+    sampler_logp = rollouts.sampler_logp if c.vllm_importance_sampling_correction else None
     torch.manual_seed(step_seed(c.seed, step, -2))  # dropout
     model.train()
     s.optimizer.zero_grad(set_to_none=True)
@@ -265,6 +267,8 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
                 logp, adv[part].to(logp.device), cmask, ref_logp=ref, beta=c.beta,
                 epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
                 max_completion_length=c.rollout.max_new_tokens, num_sequences=len(rows), num_tokens=float(num_tokens),
+                sampler_logp=None if sampler_logp is None else sampler_logp[r, :C].to(logp.device),
+                sampling_cap=c.vllm_importance_sampling_cap,
             )
             sharding.backward(acc, model, loss * weights[i], last=sync)
         if not weights[i]:
@@ -273,14 +277,21 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
         totals["loss"] += loss.item()
         totals["clip_fraction"] += float(stats.clip_fraction) * w
         totals["kl"] += float(stats.kl) * w
+        totals["sampling_ratio"] += float(stats.sampling_ratio) * w
+        totals["sampling_clipped"] += float(stats.sampling_clipped) * w
+        totals["sampled_tokens"] += w
     grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
     s.optimizer.step()
     s.engine.sync_weights()
     # over ranks: each rank's loss is normalised by its share, so their mean is the global loss
-    loss, tokens, clipped, kl, skipped = _sum_over_ranks(
-        acc, [totals["loss"], totals["tokens"], totals["clip_fraction"], totals["kl"], float(len(rows) - len(trained))])
+    loss, tokens, clipped, kl, skipped, sampling, capped, weighed = _sum_over_ranks(
+        acc, [totals["loss"], totals["tokens"], totals["clip_fraction"], totals["kl"], float(len(rows) - len(trained)),
+              totals["sampling_ratio"], totals["sampling_clipped"], totals["sampled_tokens"]])
+    corrected = sampler_logp is not None
     return {
         "loss": loss / acc.num_processes, "clip_fraction": clipped / max(tokens, 1.0), "kl": kl / max(tokens, 1.0),
+        "sampling_ratio": sampling / max(weighed, 1.0) if corrected else None,
+        "sampling_clipped": capped / max(weighed, 1.0) if corrected else None,
         "grad_norm": float(grad_norm) if grad_norm is not None else None,
         "trained_sequences": len(rows) * acc.num_processes, "trained_tokens": int(tokens), "micro_batches": len(chunks),
         "skipped_zero_advantage": int(skipped),

@@ -18,12 +18,15 @@ class Rollouts(NamedTuple):
     completion_ids: Tensor  # [N, C] right-padded, nothing kept after the first EOS
     completion_mask: Tensor  # [N, C] 1 up to and including the first EOS
     texts: list[str]  # [N] decoded completions, special tokens removed
+    sampler_logp: Tensor | None = None  # [N, C] log-probs the sampler gave its tokens (0 at padding);
+    # None where the policy itself sampled them (the HF engine)
 
 
 def take_rows(r: Rollouts, rows: list[int]) -> Rollouts:
     """The rollouts at ``rows``, in that order."""
     index = torch.tensor(rows, dtype=torch.long)
-    return Rollouts(*(t[index.to(t.device)] for t in r[:4]), [r.texts[i] for i in rows])
+    logp = None if r.sampler_logp is None else r.sampler_logp[index.to(r.sampler_logp.device)]
+    return Rollouts(*(t[index.to(t.device)] for t in r[:4]), [r.texts[i] for i in rows], logp)
 
 
 def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
@@ -37,6 +40,7 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         torch.cat([left(p.prompt_ids, pad_id) for p in parts]), torch.cat([left(p.prompt_mask, 0) for p in parts]),
         torch.cat([right(p.completion_ids, pad_id) for p in parts]), torch.cat([right(p.completion_mask, 0) for p in parts]),
         [t for p in parts for t in p.texts],
+        None if any(p.sampler_logp is None for p in parts) else torch.cat([right(p.sampler_logp, 0.0) for p in parts]),
     )
 
 

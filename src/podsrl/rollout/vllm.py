@@ -133,13 +133,17 @@ class VLLMEngine:
         params = [
             SamplingParams(n=n, temperature=max(temperature, 0.0), top_p=1.0 if greedy else self.config.top_p,
                            max_tokens=max_new_tokens, stop_token_ids=self.eos_ids, detokenize=False,
+                           logprobs=0,  # the sampled token's log-prob (and no other's)
                            seed=seed * SEED_STRIDE % 2**63 + first_row)  # vLLM seeds sample j with seed + j
             for seed in seeds
         ]
         with self.phase():  # inside the caller's phase, or one of its own (a single process)
             outputs = self.llm.generate([{"prompt_token_ids": p} for p in token_prompts], sampling_params=params,
                                         use_tqdm=False)
-        completions = [torch.tensor(o.token_ids, dtype=torch.long) for out in outputs for o in out.outputs]  # [N]
+        samples = [o for out in outputs for o in out.outputs]
+        completions = [torch.tensor(o.token_ids, dtype=torch.long) for o in samples]  # [N]
+        logprobs = [torch.tensor([step[t].logprob for step, t in zip(o.logprobs, o.token_ids)], dtype=torch.float32)
+                    for o in samples]  # [N], each as long as its completion
 
         device = next(self.model.parameters()).device
         pad = self.tokenizer.pad_token_id
@@ -148,12 +152,13 @@ class VLLMEngine:
         lengths = torch.tensor([len(c) for c in completions])  # [N]
         ids, mask = mask_after_eos(ids, self.eos_ids, pad)
         mask = mask * (torch.arange(width) < lengths.unsqueeze(1))  # [N, C]
+        sampler_logp = torch.stack([F.pad(lp, (0, width - len(lp))) for lp in logprobs]) * mask  # [N, C]
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         if on_chunk is not None:  # vLLM returns every group at once
             on_chunk(0, texts, [row[m.bool()].tolist() for row, m in zip(ids, mask)])
         return Rollouts(
             enc["input_ids"].repeat_interleave(n, 0).to(device), enc["attention_mask"].repeat_interleave(n, 0).to(device),
-            ids.to(device), mask.long().to(device), texts,
+            ids.to(device), mask.long().to(device), texts, sampler_logp.to(device),
         )
 
 
@@ -181,6 +186,9 @@ def engine_arguments(model, config, trust_remote_code: bool, cuda: bool, rank: i
         dtype=engine_dtype(config.dtype, base.dtype, cuda, bf16_supported),
         # sampling as this engine sets it, not as the model folder's generation config would
         generation_config="vllm",
+        # the sampled tokens' log-probs from the model's own logits, before temperature and top-p,
+        # as the update computes the policy's (TRL tempers both sides instead); vLLM's default
+        logprobs_mode="raw_logprobs",
         gpu_memory_utilization=config.gpu_memory_utilization,
         kv_cache_memory_bytes=None if config.kv_cache_mb is None else config.kv_cache_mb * 2**20,
         max_model_len=-1,  # the model's context, or as much of it as the KV cache holds
