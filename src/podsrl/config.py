@@ -141,8 +141,9 @@ class Config:
     """Down-sampling rule (podsrl.downsample.RULES)."""
     adaptive_n: bool = False
     """pods: generate each prompt's rollouts in rounds of ``adaptive_round`` and stop a prompt once
-    more rollouts cannot change the rewards it trains on (for 0/1 rewards: it holds m/2 of each);
-    ``n`` is then the most a prompt takes (podsrl.sampling)."""
+    more rollouts cannot change the rewards it trains on (it holds m/2 rewards at each end of the
+    rewards' declared range: for 0/1 rewards, m/2 of each value); ``n`` is then the most a prompt
+    takes (podsrl.sampling). Each reward function must declare its ``bounds``."""
     adaptive_round: int | None = None
     """adaptive_n: rollouts per prompt in each round; default m."""
     prompt_filter: Literal["none", "history"] = "none"
@@ -430,7 +431,10 @@ def validate(c: Config) -> None:
     need(not twice, f"rewards names {twice[0]!r} twice; name it once, with the sum of its weights" if twice else "")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
     for name in c.rewards:
-        load_reward(name)  # a registered name, or an importable module:function
+        fn = load_reward(name)  # a registered name, or an importable module:function
+        need(not c.adaptive_n or getattr(fn, "bounds", None) is not None,
+             f"adaptive_n needs each reward's declared bounds to know when a prompt is settled; reward {name!r} "
+             "declares none (set its bounds attribute to (lowest, highest))")
     need(c.reward_workers is None or c.reward_workers >= 0, "reward_workers must be >= 0")
     need(c.reward_timeout_s > 0, "reward_timeout_s must be > 0")
     need(c.threads is None or c.threads >= 1, f"threads must be >= 1, got {c.threads}")
