@@ -301,7 +301,7 @@ def test_every_option_on_resumes_exactly(tiny_config, tmp_path):
     resumed = train(tiny_config(*ALL_ON, "steps=4", "resume=true", f"output_dir={part}"))
     a = [r for r in read_metrics(straight) if r["step"] > 0]
     b = [r for r in read_metrics(resumed) if r["step"] > 0]
-    keys = ["reward_mean", "selected_reward_mean", "rollouts_generated", "prompts_skipped", "groups_filtered",
+    keys = ["generated_reward_mean", "selected_reward_mean", "rollouts_generated", "prompts_skipped", "groups_filtered",
             "dynamic_rounds", "adaptive_rounds", "trained_sequences"]
     assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b]
     assert all(x["loss"] == pytest.approx(y["loss"], abs=1e-7) for x, y in zip(a, b))
@@ -324,7 +324,7 @@ def test_lora_and_trl_rewards_with_every_option(tiny_config):
     out = train(tiny_config(*ALL_ON, "model.lora_r=4", "rewards=[accuracy,rewards_for_tests:varied]",
                             "reward_weights=[1.0,0.5]", "steps=2"))
     rows = [r for r in read_metrics(out) if r["step"] > 0]
-    assert [r["step"] for r in rows] == [1, 2] and all("reward/accuracy" in r for r in rows)
+    assert [r["step"] for r in rows] == [1, 2] and all("scored_reward/accuracy" in r for r in rows)
     assert (out / "checkpoints" / "step-000002" / "model" / "adapter_model.safetensors").exists()
 
 

@@ -299,7 +299,7 @@ def test_fsdp_with_adaptive_sampling_matches_ddp(tiny_model_dir, tmp_path):
     assert runs["fsdp"][0]["dtensor_params"] == runs["fsdp"][0]["params"]
     metrics = {kind: [r for r in read_metrics(tmp_path / kind / "run" / "metrics.jsonl") if r["step"] > 0] for kind in runs}
     keys = ["rollouts_generated", "prompts_skipped", "groups_filtered", "dynamic_rounds", "adaptive_rounds",
-            "trained_sequences", "reward_mean"]
+            "trained_sequences", "generated_reward_mean"]
     assert [[r[k] for k in keys] for r in metrics["ddp"]] == [[r[k] for k in keys] for r in metrics["fsdp"]]
     assert any(r["adaptive_rounds"] > 1 for r in metrics["fsdp"])  # a prompt took more than one round
     for a, b in zip(runs["ddp"][0]["steps"], runs["fsdp"][0]["steps"]):

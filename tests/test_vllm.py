@@ -472,7 +472,7 @@ def test_vllm_smoke_run(tmp_path):
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "eval_accuracy" in rows[0] and "eval_accuracy" in rows[-1]
-    assert all(r["grad_norm"] > 0 and r["completion_length"] > 0 for r in rows[1:])
+    assert all(r["grad_norm"] > 0 and r["generated_completion_length"] > 0 for r in rows[1:])
     assert all(4 <= r["rollouts_generated"] <= 8 and r["rollouts_generated"] % 2 == 0 for r in rows[1:])
     assert (tmp_path / "run" / "checkpoints" / "step-000002" / "model").is_dir()
 

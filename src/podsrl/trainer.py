@@ -406,8 +406,8 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             **dict(zip(("reward_timeouts", "reward_retries"),
                        map(int, _sum_over_ranks(acc, [float(groups.timeouts), float(groups.retries)])))),
             **_reward_stats(acc, groups.rewards, chosen.rewards),
-            **{f"reward/{k}": v for k, v in _mean_over_ranks(acc, groups.reward_means).items()},
-            "completion_length": float(groups.rollouts.completion_mask.sum(1).float().mean()),
+            **{f"scored_reward/{k}": v for k, v in _mean_over_ranks(acc, groups.reward_means).items()},
+            **_lengths(acc, groups.rollouts.completion_mask, chosen.rows),
             **_sampling_counts(acc, c, groups.counts),
             **stats,
             "update_peak_memory_mb": mem.peak_mb, "update_memory_delta_mb": mem.delta_mb,
@@ -430,7 +430,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
                         "reward_wall_timeout_s=%g s twice, or its worker died", step, record["reward_timeouts"],
                         c.reward_timeout_s, c.reward_wall_timeout_s)
         bar.update(min(t4 - t0, c.time_budget_s - bar.n) if by_clock else 1)
-        bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=_last_accuracy(last_eval),
+        bar.set_postfix(reward=f"{record['generated_reward_mean']:.2f}", acc=_last_accuracy(last_eval),
                         gen=f"{record['generation_s']:.1f}s", score=f"{record['scoring_s']:.2f}s", update=f"{record['update_s']:.1f}s",
                         **({"scored_0": failed} if failed else {}))
         if (c.save_every and step % c.save_every == 0) or step == c.steps:
@@ -487,8 +487,10 @@ def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
 
 
 def _reward_stats(acc: Accelerator, rewards: torch.Tensor, chosen: torch.Tensor) -> dict:
-    """Mean and std of the rewards of every rollout of the trained groups (``rewards`` [P, n], NaN
-    past a group's size) and of the selected ones ([P, m]), over all ranks."""
+    """Mean and std of the rewards of every rollout generated for the trained groups (``rewards``
+    [P, n], NaN past a group's size: how many depends on adaptive_n's stopping) and of the selected
+    ones ([P, m], comparable between runs with and without adaptive_n), over all ranks; each
+    metric's name says which."""
     every = rewards[~rewards.isnan()].double()
     count, total, squares = _sum_over_ranks(acc, [float(len(every)), float(every.sum()), float((every**2).sum())])
     if acc.num_processes > 1:
@@ -496,10 +498,20 @@ def _reward_stats(acc: Accelerator, rewards: torch.Tensor, chosen: torch.Tensor)
     group_std = chosen.std(1) if chosen.shape[1] > 1 else torch.zeros(len(chosen))
     variance = (squares - total**2 / count) / (count - 1) if count > 1 else 0.0
     return {
-        "reward_mean": total / max(count, 1.0), "reward_std": max(variance, 0.0) ** 0.5,
+        "generated_reward_mean": total / max(count, 1.0), "generated_reward_std": max(variance, 0.0) ** 0.5,
         "selected_reward_mean": float(chosen.mean()), "selected_reward_std": float(chosen.std()) if chosen.numel() > 1 else 0.0,
         "frac_zero_std_groups": float((group_std == 0).float().mean()),
     }
+
+
+def _lengths(acc: Accelerator, mask: torch.Tensor, rows: torch.Tensor) -> dict:
+    """Mean completion length of every rollout generated for the trained groups and of the
+    selected ones, over all ranks."""
+    lengths = mask.sum(1).double().cpu()  # [N]
+    generated, count, selected, chosen = _sum_over_ranks(
+        acc, [float(lengths.sum()), float(len(lengths)), float(lengths[rows.cpu()].sum()), float(len(rows))])
+    return {"generated_completion_length": generated / max(count, 1.0),
+            "selected_completion_length": selected / max(chosen, 1.0)}
 
 
 def _sampling_counts(acc: Accelerator, c: Config, counts: dict) -> dict:
