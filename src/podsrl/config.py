@@ -41,8 +41,8 @@ class ModelConfig:
     """Recompute each layer's activations in the backward instead of keeping them (TRL's default
     too): a second forward per update for a fraction of the activation memory."""
     load_in_4bit: bool = False
-    """NF4 base weights through bitsandbytes under LoRA (QLoRA); needs a CUDA GPU and
-    ``pip install 'podsrl[qlora]'``."""
+    """NF4 base weights through bitsandbytes under LoRA (QLoRA); ``pip install 'podsrl[qlora]'``.
+    On a CUDA GPU, or on the CPU with bitsandbytes' CPU kernels (computing in float32 there)."""
 
 
 @dataclass
