@@ -522,3 +522,31 @@ def test_vllm_smoke_run_on_gpu_with_sleep_and_lora(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 2 and "eval_accuracy" in rows[-1]
+
+
+@needs_vllm
+def test_the_installed_vllm_has_every_call_the_engine_makes(tiny_model_dir):
+    """The engine's arguments are fields of vLLM's EngineArgs, its sampling settings fields of
+    SamplingParams, and the methods it calls take the arguments it gives them (vLLM 0.32 here;
+    0.33's source has the same, which is what the [vllm] extra's range says)."""
+    import dataclasses
+    import inspect
+    import typing
+
+    from vllm import LLM, SamplingParams
+    from vllm.config.model import LogprobsMode
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from podsrl.rollout.vllm import engine_arguments
+
+    given = engine_arguments(models.load_model(tiny_model_dir), RolloutConfig(engine="vllm", kv_cache_mb=16), True,
+                             cuda=True, rank=1, world=2)
+    assert not set(given) - {f.name for f in dataclasses.fields(EngineArgs)}
+    assert given["logprobs_mode"] in typing.get_args(LogprobsMode)
+    sampling = {"n", "temperature", "top_p", "max_tokens", "stop_token_ids", "detokenize", "logprobs", "seed"}
+    assert not sampling - set(inspect.signature(SamplingParams).parameters)
+    takes = lambda method, *names: not set(names) - set(inspect.signature(method).parameters)
+    assert takes(LLM.generate, "prompts", "sampling_params", "use_tqdm") and takes(LLM.sleep, "level")
+    assert takes(LLM.wake_up, "tags") and takes(LLM.collective_rpc, "method", "kwargs") and takes(LLM.reset_prefix_cache)
+    assert takes(GPUModelRunner.reload_weights, "weights_iterator")
