@@ -550,3 +550,34 @@ def test_the_installed_vllm_has_every_call_the_engine_makes(tiny_model_dir):
     assert takes(LLM.generate, "prompts", "sampling_params", "use_tqdm") and takes(LLM.sleep, "level")
     assert takes(LLM.wake_up, "tags") and takes(LLM.collective_rpc, "method", "kwargs") and takes(LLM.reset_prefix_cache)
     assert takes(GPUModelRunner.reload_weights, "weights_iterator")
+
+
+@needs_vllm
+def test_vllm_under_fsdp_with_uneven_ranks_trains_as_one_process(tiny_vllm_model_dir, tmp_path):
+    """vLLM's CPU build under FSDP2 on two processes, the ranks taking different numbers of
+    generate calls (adaptive_n rounds, dynamic sampling's batches, an evaluation with one problem,
+    which rank 1 does not generate for): the run finishes, each push a chain of collectives at the
+    same points on both ranks, and it trains as one process does on the same rollouts (the
+    one-process run records what vLLM sampled and its log-probs; tests/replay.py)."""
+    worker = str(REPO / "tests" / "sharded_worker.py")
+    common = [f"model.name_or_path={tiny_vllm_model_dir}", "steps=2", "prompts_per_step=4", "n=8", "m=4",
+              "adaptive_n=true", "adaptive_round=2", "dynamic_sampling=true", "dynamic_sampling_rounds=2",
+              "task.test_size=1", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2", "loss_type=bnpo",
+              "rewards=[rewards_for_tests:varied]", "rollout.engine=vllm", "rollout.kv_cache_mb=16"]
+    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    rollouts = str(tmp_path / "rollouts")
+    one = subprocess.run([sys.executable, worker, str(tmp_path / "one"), *common, f"output_dir={tmp_path / 'one-run'}"],
+                         env={**env, "PODSRL_RECORD_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
+                          "--config_file", str(REPO / "configs" / "accelerate" / "fsdp_cpu_2proc.yaml"), worker,
+                          str(tmp_path / "two"), *common, f"output_dir={tmp_path / 'two-run'}"],
+                         env={**env, "PODSRL_REPLAY_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    single = json.loads((tmp_path / "one" / "rank0.json").read_text())
+    ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in range(2)]
+    assert all(r["distributed_type"] == "DistributedType.FSDP" and r["unshards"] == 0 for r in ranks)
+    assert all(r["replayed"] > 0 and r["own"] == 0 for r in ranks)
+    for a, b in zip(single["steps"], ranks[0]["steps"]):
+        assert abs(a["loss"] - b["loss"]) < 1e-5 and abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * max(1.0, a["grad_norm"])
+    assert all(s["grad_norm"] > 0 for s in single["steps"])
