@@ -59,7 +59,7 @@ def main() -> None:
         finally:
             for h in hogs:
                 h.terminate()
-    assert [r["completion_length"] for r in plain] == [r["completion_length"] for r in loaded], "the runs differ"
+    assert [r["generated_completion_length"] for r in plain] == [r["generated_completion_length"] for r in loaded], "the runs differ"
     result = {"steps": args.steps, "hogs": args.hogs, "load_average_at_end": os.getloadavg(), "clocks": {}}
     print(f"{args.steps} GRPO steps, threads=1; second run with {args.hogs} more busy-looping processes beside it")
     print("| clock | machine as it was (s) | with the hogs (s) | total differs by | a step differs by (median / largest) |")

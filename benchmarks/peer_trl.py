@@ -65,7 +65,7 @@ def run_podsrl(args, settings: str) -> dict:
     return {
         "step_s": [r["generation_s"] + r["scoring_s"] + r["selection_s"] + r["update_s"] for r in rows],
         "generation_s": [r["generation_s"] for r in rows],
-        "tokens": [r["completion_length"] * args.prompts * args.n for r in rows],
+        "tokens": [r["generated_completion_length"] * args.prompts * args.n for r in rows],
         "update_peak_mb": [r["update_peak_memory_mb"] for r in rows],
         "update_delta_mb": [r["update_memory_delta_mb"] for r in rows],
     }

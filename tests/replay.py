@@ -42,13 +42,19 @@ class Recording:
 
     def generate(self, prompts, n, temperature, max_new_tokens, seeds=None, on_chunk=None, first_row=0) -> Rollouts:
         out = self.engine.generate(prompts, n, temperature, max_new_tokens, seeds=seeds, on_chunk=on_chunk, first_row=first_row)
+        logps = out.sampler_logp if out.sampler_logp is not None else [None] * len(out.texts)
         with self.path.open("a") as f:
-            for key, ids, mask, text in zip(_rows(prompts, n, seeds, first_row), out.completion_ids, out.completion_mask, out.texts):
-                f.write(json.dumps({"key": key, "ids": ids[mask.bool()].tolist(), "text": text}) + "\n")
+            for key, ids, mask, text, logp in zip(_rows(prompts, n, seeds, first_row), out.completion_ids,
+                                                  out.completion_mask, out.texts, logps):
+                f.write(json.dumps({"key": key, "ids": ids[mask.bool()].tolist(), "text": text,
+                                    "logp": None if logp is None else logp[mask.bool()].tolist()}) + "\n")
         return out
 
     def sync_weights(self) -> None:
         self.engine.sync_weights()
+
+    def phase(self):
+        return self.engine.phase()
 
 
 class Replay:
@@ -61,15 +67,15 @@ class Replay:
         for path in sorted(Path(folder).glob("rank*.jsonl")):
             for line in path.read_text().splitlines():
                 row = json.loads(line)
-                self.recorded[row["key"]] = (row["ids"], row["text"])
+                self.recorded[row["key"]] = (row["ids"], row["text"], row.get("logp"))
 
     def generate(self, prompts, n, temperature, max_new_tokens, seeds=None, on_chunk=None, first_row=0) -> Rollouts:
         keys = _rows(prompts, n, seeds, first_row)
 
         def replaced_chunk(first, texts, ids):
             rows = keys[first * n : first * n + len(texts)]
-            texts = [self.recorded.get(k, (None, t))[1] for k, t in zip(rows, texts)]
-            ids = [self.recorded.get(k, (i, None))[0] for k, i in zip(rows, ids)]
+            texts = [self.recorded[k][1] if k in self.recorded else t for k, t in zip(rows, texts)]
+            ids = [self.recorded[k][0] if k in self.recorded else i for k, i in zip(rows, ids)]
             on_chunk(first, texts, ids)
 
         out = self.engine.generate(prompts, n, temperature, max_new_tokens, seeds=seeds,
@@ -77,6 +83,10 @@ class Replay:
         ids = [self.recorded[k][0] if k in self.recorded else row[mask.bool()].tolist()
                for k, row, mask in zip(keys, out.completion_ids, out.completion_mask)]
         texts = [self.recorded[k][1] if k in self.recorded else t for k, t in zip(keys, out.texts)]
+        logps = None
+        if out.sampler_logp is not None:  # the sampler's log-probs of the recorded tokens, where recorded
+            logps = [self.recorded[k][2] if k in self.recorded else row[mask.bool()].tolist()
+                     for k, row, mask in zip(keys, out.sampler_logp, out.completion_mask)]
         self.replayed += sum(k in self.recorded for k in keys)
         self.own += sum(k not in self.recorded for k in keys)
         width = max(1, max(len(i) for i in ids))
@@ -85,11 +95,20 @@ class Replay:
         for r, row in enumerate(ids):
             completion_ids[r, : len(row)] = torch.tensor(row, dtype=completion_ids.dtype)
             completion_mask[r, : len(row)] = 1
+        sampler_logp = None
+        if logps is not None:
+            sampler_logp = torch.zeros(completion_ids.shape)
+            for r, row in enumerate(logps):
+                sampler_logp[r, : len(row)] = torch.tensor(row)
         device = out.completion_ids.device
-        return Rollouts(out.prompt_ids, out.prompt_mask, completion_ids.to(device), completion_mask.to(device), texts)
+        return Rollouts(out.prompt_ids, out.prompt_mask, completion_ids.to(device), completion_mask.to(device), texts,
+                        None if sampler_logp is None else sampler_logp.to(device))
 
     def sync_weights(self) -> None:
         self.engine.sync_weights()
+
+    def phase(self):
+        return self.engine.phase()
 
 
 def install(trainer) -> None:
@@ -100,8 +119,8 @@ def install(trainer) -> None:
         return
     real = trainer.make_engine
 
-    def make_engine(name, model, tokenizer, config):
-        engine = real(name, model, tokenizer, config)
+    def make_engine(name, model, tokenizer, config, *args):
+        engine = real(name, model, tokenizer, config, *args)
         wrapped = Recording(engine, record) if record else Replay(engine, replay, tokenizer.pad_token_id)
         engines.append(wrapped)
         return wrapped

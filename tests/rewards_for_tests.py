@@ -161,3 +161,8 @@ def always_crashes(completions, **_):
     import os
 
     os._exit(1)
+
+
+# the ranges declared for adaptive_n (podsrl.rewards.bounded)
+for _fn in (varied, gated, text_length, varied_on_rank_zero, constant_on_even):
+    _fn.bounds = (0.0, 1.0)

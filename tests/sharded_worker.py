@@ -1,6 +1,9 @@
 """Runs training (under a launcher) and writes what each rank saw: how its parameters are held
 (sharded or whole), which log-prob path the update took, and each step's loss, gradient norm and
-micro-batch count, and how many rollouts it replayed (tests/replay.py). Used by test_sharded.py.
+micro-batch count, and how many rollouts it replayed (tests/replay.py), how many times FSDP2's
+modules were unsharded outside a forward, and, with ``PODSRL_FAKE_VLLM=1`` (the vLLM engine around
+tests/fake_vllm.py's stand-in), the engine's calls and a checksum of each push. Used by
+test_sharded.py.
 
     python sharded_worker.py OUT_DIR key=value ...      (writes OUT_DIR/rank<R>.json)
 """
@@ -10,6 +13,9 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
+import fake_vllm
 import podsrl.trainer as trainer
 import replay
 from podsrl.config import load_config
@@ -48,7 +54,31 @@ def main() -> None:
 
     trainer.setup, trainer.update, trainer.completion_logprobs = setup, update, completion_logprobs
     replay.install(trainer)
+    record["unshards"] = 0
+    from torch.distributed.fsdp import FSDPModule
+
+    real_unshard = FSDPModule.unshard
+
+    def unshard(self, *args, **kwargs):
+        record["unshards"] += 1
+        return real_unshard(self, *args, **kwargs)
+
+    FSDPModule.unshard = unshard
+    log, fakes = [], []
+    if os.environ.get("PODSRL_FAKE_VLLM"):
+        fakes = fake_vllm.install(pytest.MonkeyPatch(), trainer, log)
+        recorded_update = trainer.update
+
+        def logged_update(*args, **kwargs):
+            log.append("update")
+            return recorded_update(*args, **kwargs)
+
+        trainer.update = logged_update
     trainer.train(load_config(None, overrides))
+    if fakes:
+        record["calls"] = log
+        record["pushed"] = fakes[0].pushed
+        record["push_sums"] = fakes[0].sums
     record.update({k: sum(getattr(e, k, 0) for e in replay.engines) for k in ("replayed", "own")})
     record["logprob_heads"] = sorted(record["logprob_heads"])
     out.mkdir(parents=True, exist_ok=True)

@@ -337,8 +337,8 @@ def test_training_scores_gym_problems_with_their_verifier(tiny_config):
     c = tiny_config("task.name=gym", "task.dataset=letter_counting", "rewards=[accuracy]", "log_completions=8")
     out = train(c)
     rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "reward_mean" in r] == [1, 2]
-    assert all(r["reward_timeouts"] == 0 for r in rows if "reward_mean" in r)
+    assert [r["step"] for r in rows if "generated_reward_mean" in r] == [1, 2]
+    assert all(r["reward_timeouts"] == 0 for r in rows if "generated_reward_mean" in r)
     logged = [json.loads(l) for l in (out / "completions.jsonl").read_text().splitlines()]
     score = verifier("letter_counting")
     from podsrl.tasks.gym import answer_of

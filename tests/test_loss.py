@@ -120,3 +120,30 @@ def test_padding_never_contributes():
 def test_unknown_loss_type_rejected():
     with pytest.raises(ValueError, match="loss_type"):
         policy_loss(torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1), loss_type="dapo")
+
+
+def test_sampler_correction_hand_computed():
+    """Each token's term weighted by min(π_old / μ, C), from the sampler's log-probs; no gradient
+    through the weight; the mean weight and the share capped in the statistics."""
+    logp = torch.full((2, 3), -1.0, requires_grad=True)
+    # token ratios π/μ: e^0.5 (kept), e^2 (capped at 3), padding; e^-1 (kept)
+    sampler = torch.tensor([[-1.5, -3.0, -9.0], [0.0, -9.0, -9.0]])
+    loss, stats = policy_loss(logp, ADV, MASK, loss_type="bnpo", sampler_logp=sampler, sampling_cap=3.0)
+    weights = [math.exp(0.5), 3.0, math.exp(-1.0)]
+    assert loss.item() == pytest.approx((-2 * weights[0] - 2 * weights[1] + 1 * weights[2]) / 3)
+    assert stats.sampling_ratio.item() == pytest.approx(sum(weights) / 3)
+    assert stats.sampling_clipped.item() == pytest.approx(1 / 3)
+    loss.backward()  # d loss / d logp = -A * weight / 3 at ratio 1: the weight is a constant
+    expected = torch.tensor([[-2 * weights[0], -2 * weights[1], 0.0], [weights[2], 0.0, 0.0]]) / 3
+    assert torch.allclose(logp.grad, expected)
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_sampler_correction_is_one_for_the_policy_itself(loss_type):
+    """The sampler's log-probs equal to the policy's: weight 1, the loss as without a correction."""
+    logp = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    plain, _ = policy_loss(logp, ADV, MASK, loss_type=loss_type, beta=0.1, ref_logp=logp - 0.1)
+    corrected, stats = policy_loss(logp, ADV, MASK, loss_type=loss_type, beta=0.1, ref_logp=logp - 0.1,
+                                   sampler_logp=logp.clone())
+    assert abs(corrected.item() - plain.item()) < 1e-6
+    assert abs(stats.sampling_ratio.item() - 1.0) < 1e-6 and stats.sampling_clipped.item() == 0.0

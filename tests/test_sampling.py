@@ -47,27 +47,65 @@ def test_settled_is_exactly_when_no_binary_rollout_can_change_the_selection(m):
             now = selected_values(rewards, m)
             later = [selected_values(rewards + list(more), m)
                      for extra in range(1, (m + 1) // 2 + 1) for more in itertools.product([0.0, 1.0], repeat=extra)]
-            assert settled(rewards, m) == all(variance(v) <= variance(now) + 1e-12 for v in later), (rewards, m)
+            assert settled(rewards, m, (0.0, 1.0)) == all(variance(v) <= variance(now) + 1e-12 for v in later), (rewards, m)
             if m % 2 == 0:
-                assert settled(rewards, m) == all(v == now for v in later), (rewards, m)
+                assert settled(rewards, m, (0.0, 1.0)) == all(v == now for v in later), (rewards, m)
 
 
-def test_settled_rewards_keep_their_selection_within_their_range():
-    """With three reward values: once settled, no rollouts inside [lo, hi] change the selection."""
-    values = [0.0, 0.5, 1.0]
-    for rewards in itertools.product(values, repeat=6):
-        rewards = list(rewards)
-        if not settled(rewards, 4):
-            continue
-        inside = [v for v in values if min(rewards) <= v <= max(rewards)]
-        now = selected_values(rewards, 4)
-        assert all(selected_values(rewards + list(more), 4) == now for more in itertools.product(inside, repeat=3))
+ACCURACY_AND_FORMAT = [0.0, 0.2, 1.0, 1.2]  # accuracy + 0.2 * format: bounds (0, 1.2)
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_settled_is_exactly_when_no_rollout_within_the_bounds_can_change_the_selection(m):
+    """Rewards of four values (accuracy + 0.2 * format): settled iff no further rollouts, of any
+    of the values, change the selected rewards' variance (for even m: the selected rewards); a
+    group holding only 0.2 and 1.2 is not settled, as a later 0 would change its selection."""
+    for k in range(m, m + 3):
+        for rewards in itertools.product(ACCURACY_AND_FORMAT, repeat=k):
+            rewards = list(rewards)
+            now = selected_values(rewards, m)
+            later = [selected_values(rewards + list(more), m) for extra in range(1, (m + 1) // 2 + 1)
+                     for more in itertools.product(ACCURACY_AND_FORMAT, repeat=extra)]
+            unchanged = all(variance(v) <= variance(now) + 1e-9 for v in later)
+            assert settled(rewards, m, (0.0, 1.2)) == unchanged, (rewards, m)
+            if m % 2 == 0:
+                assert settled(rewards, m, (0.0, 1.2)) == all(v == now for v in later), (rewards, m)
+    assert not settled([0.2, 1.2, 0.2, 1.2], 2, (0.0, 1.2)) and settled([0.0, 1.2], 2, (0.0, 1.2))
+
+
+def test_adaptive_n_with_accuracy_and_format_selects_what_pods_selects_from_all_n():
+    """For every group of n = 6 rollouts of accuracy + 0.2 * format (4^6 of them) and m = 2, 4:
+    the rounds of 2 that adaptive_n draws (stopping once settled) reach the selection, rewards and
+    advantages PODS takes from all n; the rule that settles on the range seen so far does not."""
+    from podsrl.advantages import group_advantages
+    from podsrl.rewards import format_reward, accuracy_reward, reward_bounds
+
+    bounds = reward_bounds({"accuracy": accuracy_reward, "format": format_reward}, [1.0, 0.2])
+    assert bounds == pytest.approx((0.0, 1.2))
+    seen_range_differs = 0
+    for m in (2, 4):
+        for group in itertools.product(ACCURACY_AND_FORMAT, repeat=6):
+            group = torch.tensor(group)
+            size = 2
+            while size < 6 and not settled(group[:size].tolist(), m, bounds):
+                size += 2
+            pods, adaptive = group[select(group, m)], group[:size][select(group[:size], m)]
+            assert sorted(adaptive.tolist()) == sorted(pods.tolist())
+            assert torch.equal(group_advantages(adaptive.sort().values[None]), group_advantages(pods.sort().values[None]))
+            seen = 2
+            while seen < 6 and not (min(group[:seen]) < max(group[:seen]) and settled(group[:seen].tolist(), m,
+                                                                                      (min(group[:seen]), max(group[:seen])))):
+                seen += 2
+            seen_range_differs += sorted(group[:seen][select(group[:seen], m)].tolist()) != sorted(pods.tolist())
+    assert seen_range_differs > 0
 
 
 def test_hand_worked_settled_cases():
-    assert settled([1, 0, 1, 0], 4) and not settled([1, 1, 1, 0], 4) and not settled([1] * 8, 4)
-    assert settled([0.2, 0.9, 0.9, 0.2, 0.5], 4) and not settled([0.2, 0.9, 0.5, 0.2, 0.6], 4)
-    assert settled([0, 1, 1], 3) and not settled([0, 1, 0.5], 3)
+    assert settled([1, 0, 1, 0], 4, (0, 1)) and not settled([1, 1, 1, 0], 4, (0, 1)) and not settled([1] * 8, 4, (0, 1))
+    assert settled([0.2, 0.9, 0.9, 0.2, 0.5], 4, (0.2, 0.9)) and not settled([0.2, 0.9, 0.5, 0.2, 0.6], 4, (0.2, 0.9))
+    assert not settled([0.2, 0.9, 0.9, 0.2, 0.5], 4, (0.0, 1.0))  # the ends seen are not the bounds
+    assert settled([0, 1, 1], 3, (0, 1)) and not settled([0, 1, 0.5], 3, (0, 1))
+    assert settled([0.2, 1.2], 2, (0.2, 1.2)) and settled([0.2 + 1e-9, 1.2], 2, (0.2, 1.2))
 
 
 def test_skip_probability_grows_and_never_reaches_one():
@@ -101,7 +139,7 @@ def test_with_every_option_off_a_step_is_the_papers(tiny_config):
                                          seeds=[step_seed(c.seed, step, i) for i in range(3)], on_chunk=scores.add)
             assert groups.problems == problems and groups.sizes == [6, 6, 6]
             for got, want in zip(groups.rollouts, expected):
-                assert (got == want) if isinstance(got, list) else torch.equal(got, want)
+                assert (got == want) if isinstance(got, (list, type(None))) else torch.equal(got, want)
             assert torch.equal(groups.rewards, scores.result().rewards)
             assert groups.counts == {"rollouts_generated": 18, "prompts_skipped": 0, "groups_filtered": 0,
                                      "dynamic_rounds": 1, "adaptive_rounds": 1}
@@ -127,8 +165,8 @@ def test_rollouts_in_rounds_are_those_of_one_call(tiny_config):
 
 
 def test_adaptive_n_stops_a_prompt_once_settled(tiny_config):
-    """Rounds of 2 up to n = 8 with m = 2: a prompt stops as soon as its rewards hold a low and a
-    high value; a prompt whose rewards stay equal takes all 8."""
+    """Rounds of 2 up to n = 8 with m = 2: a prompt stops as soon as its rewards hold the lowest and
+    the highest value declared (0 and 1); a prompt whose rewards stay equal takes all 8."""
     c, s = setup(tiny_config, "n=8", "m=2", "adaptive_n=true", "adaptive_round=2", "prompts_per_step=4",
                  "rewards=[rewards_for_tests:constant_on_even]")
     try:
@@ -139,8 +177,8 @@ def test_adaptive_n_stops_a_prompt_once_settled(tiny_config):
                 assert size % 2 == 0 and 2 <= size <= 8 and not math.isnan(sum(rewards))
                 assert all(math.isnan(x) for x in groups.rewards[p, size:].tolist())
                 # it ran until settled (or until n), and not one round longer
-                assert settled(rewards, 2) or size == 8
-                assert size == 2 or not settled(rewards[: size - 2], 2)
+                assert settled(rewards, 2, (0.0, 1.0)) or size == 8
+                assert size == 2 or not settled(rewards[: size - 2], 2, (0.0, 1.0))
                 if int(groups.problems[p].question.split()[0]) % 2 == 0:
                     assert size == 8  # all equal: never settles
             assert groups.counts["rollouts_generated"] == sum(groups.sizes) == len(groups.rollouts.texts)
@@ -263,7 +301,7 @@ def test_every_option_on_resumes_exactly(tiny_config, tmp_path):
     resumed = train(tiny_config(*ALL_ON, "steps=4", "resume=true", f"output_dir={part}"))
     a = [r for r in read_metrics(straight) if r["step"] > 0]
     b = [r for r in read_metrics(resumed) if r["step"] > 0]
-    keys = ["reward_mean", "selected_reward_mean", "rollouts_generated", "prompts_skipped", "groups_filtered",
+    keys = ["generated_reward_mean", "selected_reward_mean", "rollouts_generated", "prompts_skipped", "groups_filtered",
             "dynamic_rounds", "adaptive_rounds", "trained_sequences"]
     assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b]
     assert all(x["loss"] == pytest.approx(y["loss"], abs=1e-7) for x, y in zip(a, b))
@@ -286,7 +324,7 @@ def test_lora_and_trl_rewards_with_every_option(tiny_config):
     out = train(tiny_config(*ALL_ON, "model.lora_r=4", "rewards=[accuracy,rewards_for_tests:varied]",
                             "reward_weights=[1.0,0.5]", "steps=2"))
     rows = [r for r in read_metrics(out) if r["step"] > 0]
-    assert [r["step"] for r in rows] == [1, 2] and all("reward/accuracy" in r for r in rows)
+    assert [r["step"] for r in rows] == [1, 2] and all("scored_reward/accuracy" in r for r in rows)
     assert (out / "checkpoints" / "step-000002" / "model" / "adapter_model.safetensors").exists()
 
 
@@ -295,6 +333,20 @@ def test_adaptive_n_needs_pods(tiny_config):
 
     with pytest.raises(PodsError, match="adaptive_n needs mode=pods"):
         tiny_config("adaptive_n=true", "mode=grpo")
+
+
+def test_adaptive_n_refuses_a_reward_without_declared_bounds(tiny_config):
+    """Settling a prompt needs the lowest and highest reward possible: a function that does not
+    declare them is refused in one line; with its bounds declared it runs."""
+    import rewards_for_tests
+    from podsrl.errors import PodsError
+
+    with pytest.raises(PodsError, match=r"^adaptive_n needs each reward's declared bounds .*'rewards_for_tests:threads' "
+                                        r"declares none \(set its bounds attribute to \(lowest, highest\)\)$"):
+        tiny_config("adaptive_n=true", "rewards=[accuracy,rewards_for_tests:threads]", "reward_weights=[1.0,1.0]")
+    tiny_config("rewards=[rewards_for_tests:threads]")  # without adaptive_n: any reward
+    assert rewards_for_tests.varied.bounds == (0.0, 1.0)
+    tiny_config("adaptive_n=true", "rewards=[accuracy,format]", "reward_weights=[1.0,0.2]")
 
 
 def test_two_processes_with_every_option(tiny_model_dir, tmp_path):

@@ -136,6 +136,6 @@ def test_training_scores_through_the_pool_and_ends_it(tiny_config):
     rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["step"] > 0]
     assert all(r["reward_timeouts"] == 0 and r["scoring_s"] >= 0 for r in steps)
-    assert all("reward/rewards_for_tests:varied" in r and "reward/accuracy" in r for r in steps)
+    assert all("scored_reward/rewards_for_tests:varied" in r and "scored_reward/accuracy" in r for r in steps)
     assert multiprocessing.active_children() == []
-    assert torch.tensor([r["reward_std"] for r in steps]).gt(0).any()
+    assert torch.tensor([r["generated_reward_std"] for r in steps]).gt(0).any()

@@ -238,7 +238,7 @@ def test_deepspeed_zero2_partitions_the_optimizer_state(zero2_runs):
     for rank in ranks["sharded"]:  # each rank's Adam holds half the fp32 weights; the model is whole
         assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["world"] == 2
         assert rank["optimizer_numel"] * 2 == rank["full_numel"] == rank["local_numel"]
-        assert rank["logprob_heads"] == ["full"]
+        assert rank["logprob_heads"] == ["lean"]  # the output layer is whole: no [N, C, V] logits
 
 
 @needs_deepspeed
@@ -299,9 +299,98 @@ def test_fsdp_with_adaptive_sampling_matches_ddp(tiny_model_dir, tmp_path):
     assert runs["fsdp"][0]["dtensor_params"] == runs["fsdp"][0]["params"]
     metrics = {kind: [r for r in read_metrics(tmp_path / kind / "run" / "metrics.jsonl") if r["step"] > 0] for kind in runs}
     keys = ["rollouts_generated", "prompts_skipped", "groups_filtered", "dynamic_rounds", "adaptive_rounds",
-            "trained_sequences", "reward_mean"]
+            "trained_sequences", "generated_reward_mean"]
     assert [[r[k] for k in keys] for r in metrics["ddp"]] == [[r[k] for k in keys] for r in metrics["fsdp"]]
     assert any(r["adaptive_rounds"] > 1 for r in metrics["fsdp"])  # a prompt took more than one round
     for a, b in zip(runs["ddp"][0]["steps"], runs["fsdp"][0]["steps"]):
         assert abs(a["loss"] - b["loss"]) < LOSS_TOL
         assert abs(a["grad_norm"] - b["grad_norm"]) < GRAD_NORM_RTOL * a["grad_norm"]
+
+
+def test_fsdp_with_vllm_pushes_once_per_phase_on_every_rank(tiny_model_dir, tmp_path):
+    """The vLLM engine under FSDP2 (around tests/fake_vllm.py's stand-in, whose samples depend on
+    their seeds alone): the ranks take different numbers of generate calls (adaptive_n rounds,
+    dynamic sampling's batches, an evaluation with one problem, which rank 1 does not generate
+    for), yet each push, a chain of collectives, happens at the same points on both; nothing is
+    unsharded for generation; the run finishes (a rank out of step would hang until the timeout)
+    and trains as one process does on the same rollouts."""
+    options = [*_common(tiny_model_dir), "rollout.engine=vllm", "adaptive_n=true", "adaptive_round=2", "n=8", "m=4",
+               "dynamic_sampling=true", "dynamic_sampling_rounds=2", "task.test_size=1", "steps=2"]
+    env = {**cpu_env(), "PODSRL_FAKE_VLLM": "1"}
+    one = subprocess.run([sys.executable, WORKER, str(tmp_path / "one" / "ranks"), *options,
+                          f"output_dir={tmp_path / 'one' / 'run'}"], env=env, capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-4000:]
+    result = launch("fsdp_cpu_2proc.yaml", WORKER, str(tmp_path / "two" / "ranks"), *options,
+                    f"output_dir={tmp_path / 'two' / 'run'}", env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    single = json.loads((tmp_path / "one" / "ranks" / "rank0.json").read_text())
+    ranks = [json.loads((tmp_path / "two" / "ranks" / f"rank{r}.json").read_text()) for r in range(2)]
+    assert all(r["distributed_type"] == "DistributedType.FSDP" and r["dtensor_params"] == r["params"] for r in ranks)
+    pushes = [[e for e in r["calls"] if e in ("push", "update")] for r in ranks]
+    assert pushes[0] == pushes[1] == ["push", "update", "push", "update", "push"]  # before each step, and the eval
+    assert ranks[0]["calls"].count("generate") != ranks[1]["calls"].count("generate")
+    assert ranks[0]["pushed"] == ranks[1]["pushed"]  # the same whole weights on both ranks
+    assert all(r["unshards"] == 0 for r in ranks)  # vLLM generates: no FSDP module gathered for it
+    for a, b in zip(single["push_sums"], ranks[0]["push_sums"]):
+        assert abs(a - b) < 1e-6 * a
+    for a, b in zip(single["steps"], ranks[0]["steps"]):
+        assert abs(a["loss"] - b["loss"]) < LOSS_TOL
+        assert abs(a["grad_norm"] - b["grad_norm"]) < GRAD_NORM_RTOL * a["grad_norm"]
+
+
+def test_fsdp1_is_refused_on_every_device(monkeypatch):
+    """On GPUs accelerate applies an FSDP1 config itself; on CPU processes podsrl does: refused
+    in one line either way."""
+    from types import SimpleNamespace
+
+    from accelerate import DistributedType
+
+    from podsrl import sharding
+    from podsrl.errors import PodsError
+
+    class GPUAccelerator:  # what accelerate builds on GPU processes from an fsdp_version: 1 config
+        def __init__(self, cpu=False, **kwargs):
+            self.distributed_type = DistributedType.FSDP
+            self.state = SimpleNamespace(fsdp_plugin=SimpleNamespace(fsdp_version=1))
+
+    monkeypatch.setattr(sharding, "Accelerator", GPUAccelerator)
+    monkeypatch.setattr(sharding, "cpu_processes", lambda: False)
+    with pytest.raises(PodsError, match=r"^FSDP needs fsdp_version: 2 in the accelerate config \(got 1\); FSDP1 is not supported$"):
+        sharding.make_accelerator()
+
+
+def test_fsdp1_on_cpu_processes_is_refused_in_one_line(tiny_model_dir, tmp_path):
+    config = tmp_path / "fsdp1.yaml"
+    config.write_text((REPO / "configs" / "accelerate" / "fsdp_cpu_2proc.yaml").read_text().replace("fsdp_version: 2", "fsdp_version: 1"))
+    assert "fsdp_version: 1" in config.read_text()
+    result = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
+                             "--config_file", str(config), "-m", "podsrl", "train", f"model.name_or_path={tiny_model_dir}",
+                             "prompts_per_step=2", "n=2", "m=2", "steps=1", f"output_dir={tmp_path / 'run'}"],
+                            env=cpu_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("podsrl: error:")]
+    assert errors and all(line.endswith("FSDP1 is not supported") for line in errors)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_fsdp2_state_read_exists_in_this_torch():
+    """sharding.py reads whether an FSDP2 module reshards after its forward from torch's private
+    FSDP state (no public getter); the attribute it reads is there in the installed torch."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    from podsrl.sharding import _reshards_after_forward, whole_for_generation
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        fully_shard(model[0])
+        fully_shard(model[1], reshard_after_forward=False)
+        fully_shard(model)
+        assert isinstance(model[0], FSDPModule)
+        assert _reshards_after_forward(model[0]) and not _reshards_after_forward(model[1])
+        with whole_for_generation(model):
+            assert not _reshards_after_forward(model[0])
+        assert _reshards_after_forward(model[0]) and not _reshards_after_forward(model[1])  # restored
+    finally:
+        dist.destroy_process_group()

@@ -33,12 +33,30 @@ def test_each_mode_trains_and_logs(tiny_config, mode, trained, micro_batches):
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
         assert r["trained_sequences"] == trained and r["micro_batches"] == micro_batches
-        for key in ("train_seconds", "generation_s", "update_s", "reward_mean", "selected_reward_std", "update_peak_memory_mb"):
+        for key in ("train_seconds", "generation_s", "update_s", "generated_reward_mean", "selected_reward_std",
+                    "generated_completion_length", "selected_completion_length", "update_peak_memory_mb"):
             assert key in r
     assert steps[1]["train_seconds"] > steps[0]["train_seconds"] > 0
     assert "eval_accuracy" in steps[-1]
     assert (out / "config.yaml").exists() and (out / "checkpoints" / "step-000002" / "model").is_dir()
     assert not list((out / "checkpoints").glob(".tmp-*"))
+
+
+def test_metrics_name_the_rollouts_they_average_over(tiny_config):
+    """With adaptive_n a prompt takes as many rollouts as it needs: generated_* average over every
+    rollout generated (as many as logged to completions.jsonl), selected_* over the trained ones."""
+    import json
+
+    out = train(tiny_config("adaptive_n=true", "n=8", "m=2", "adaptive_round=2", "steps=1", "log_completions=1000"))
+    row = [r for r in read_metrics(out) if r["step"] == 1][0]
+    logged = [json.loads(l) for l in (out / "completions.jsonl").read_text().splitlines()]
+    assert len(logged) == row["rollouts_generated"] > 2 * 2
+    every = [r["reward"] for r in logged]
+    chosen = [r["reward"] for r in logged if r["selected"]]
+    assert len(chosen) == 2 * 2
+    assert row["generated_reward_mean"] == pytest.approx(sum(every) / len(every))
+    assert row["selected_reward_mean"] == pytest.approx(sum(chosen) / len(chosen))
+    assert row["generated_completion_length"] > 0 and row["selected_completion_length"] > 0
 
 
 def test_only_selected_rollouts_reach_the_loss(tiny_config, monkeypatch):
@@ -90,7 +108,7 @@ def test_resume_continues_identically(tiny_config, tmp_path):
     rb = [r for r in read_metrics(resumed) if r["step"] > 0]
     assert [r["step"] for r in rb] == [1, 2, 3, 4]
     for x, y in zip(ra, rb):
-        assert x["reward_mean"] == y["reward_mean"] and x["loss"] == pytest.approx(y["loss"], abs=1e-7)
+        assert x["generated_reward_mean"] == y["generated_reward_mean"] and x["loss"] == pytest.approx(y["loss"], abs=1e-7)
 
 
 def test_lora_reference_is_the_base_model(tiny_config):

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from conftest import REPO, free_port, save_tiny_llama, subprocess_env
+from fake_vllm import FakeLLM
 from podsrl import models
 from podsrl.config import RolloutConfig
 from podsrl.evaluate import chat_prompt
@@ -120,6 +121,166 @@ def test_pushed_weights_of_a_sharded_policy_are_whole(tiny_model_dir):
     assert all(type(t) is torch.Tensor and torch.allclose(t, reference[k], atol=1e-6) for k, t in pushed.items())
 
 
+def test_pushed_weights_merge_lora_on_embeddings_and_the_weights_tied_to_them(tiny_model_dir):
+    """LoRA on the embeddings (peft keeps it apart, as lora_embedding_A/B) is merged too, and the
+    tiny model's output layer, tied to the embeddings, comes out merged as peft's merge leaves it."""
+    from podsrl.rollout.vllm import policy_weights
+
+    model = models.add_lora(models.load_model(tiny_model_dir), r=4, alpha=8, dropout=0.0,
+                            target_modules=["embed_tokens", "q_proj"])
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=generator))
+    pushed = dict(policy_weights(model))
+    reference = copy.deepcopy(model).merge_and_unload().state_dict()
+    assert pushed.keys() == reference.keys()
+    assert all(torch.allclose(pushed[k], reference[k], atol=1e-6) for k in reference)
+    base = models.load_model(tiny_model_dir).state_dict()
+    for key in ("model.embed_tokens.weight", "lm_head.weight", "model.layers.0.self_attn.q_proj.weight"):
+        assert not torch.allclose(pushed[key], base[key])  # the adapter reached each of them
+
+
+def test_pushed_names_lose_the_checkpoint_wrapper(tiny_model_dir):
+    """accelerate's FSDP2 activation checkpointing wraps each layer in torch's checkpoint wrapper,
+    whose module path has ``_checkpoint_wrapped_module.``: vLLM gets the checkpoint's names, and
+    the LoRA layers inside the wrapped layers are found and merged."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    from podsrl.rollout.vllm import policy_weights
+
+    model = lora_policy(tiny_model_dir)
+    before = dict(policy_weights(model))
+    layers = model.get_base_model().model.layers
+    for i, layer in enumerate(layers):
+        layers[i] = checkpoint_wrapper(layer)
+    assert any("_checkpoint_wrapped_module" in name for name, _ in model.named_modules())
+    after = dict(policy_weights(model))
+    assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_offloaded_shards_move_to_their_mesh_device_before_the_gather():
+    """FSDP2 with CPU offload keeps each shard on the CPU while its mesh is CUDA's: the shard moves
+    to the mesh's device before ``full_tensor()`` (NCCL gathers no CPU tensors)."""
+    from types import SimpleNamespace
+
+    from podsrl.rollout.vllm import _full
+
+    calls = []
+
+    class Shard:  # a DTensor's surface: its device, its mesh, to() and full_tensor()
+        def __init__(self, device):
+            self.device, self.device_mesh = torch.device(device), SimpleNamespace(device_type="cuda")
+
+        def to(self, device):
+            calls.append(f"to:{device}")
+            return Shard(device)
+
+        def full_tensor(self):
+            calls.append(f"full_tensor on {self.device.type}")
+            return torch.zeros(2)
+
+    _full(Shard("cpu"))
+    _full(Shard("cuda"))
+    assert calls == ["to:cuda", "full_tensor on cuda", "full_tensor on cuda"]
+
+
+def test_vllm_gets_trust_remote_code(monkeypatch, tiny_model_dir):
+    from podsrl.rollout import make_engine
+    from podsrl.rollout import vllm
+
+    model, tokenizer = models.load_model(tiny_model_dir), models.load_tokenizer(tiny_model_dir)
+    config = RolloutConfig(engine="vllm")
+    assert vllm.engine_arguments(model, config, True, cuda=False, rank=0, world=1)["trust_remote_code"] is True
+    assert vllm.engine_arguments(model, config, False, cuda=False, rank=0, world=1)["trust_remote_code"] is False
+    started = []
+    monkeypatch.setattr(vllm, "_start_vllm", lambda model, config, trust: started.append(trust) or FakeLLM([], 10))
+    make_engine("vllm", model, tokenizer, config, trust_remote_code=True)
+    assert started == [True]
+
+
+def test_vllm_dtype_is_bf16_on_cuda_by_default_and_configurable(tiny_model_dir):
+    from podsrl.rollout.vllm import engine_arguments, engine_dtype
+
+    model = models.load_model(tiny_model_dir)  # float32
+    dtype = lambda cuda, bf16=True, **kw: engine_arguments(model, RolloutConfig(engine="vllm", **kw), False, cuda=cuda,
+                                                           rank=0, world=1, bf16_supported=bf16)["dtype"]
+    assert dtype(cuda=True) == "bfloat16" and dtype(cuda=True, bf16=False) == "float16"
+    assert dtype(cuda=False) == "float32"  # the policy's: exact against it on a CPU
+    assert dtype(cuda=True, dtype="float32") == "float32" and dtype(cuda=False, dtype="bfloat16") == "bfloat16"
+    assert engine_dtype("auto", torch.bfloat16, cuda=False, bf16_supported=False) == "bfloat16"
+
+
+# --------------------------------------------------------------------------- the engine's calls (a stand-in for vLLM)
+
+
+def fake_run(monkeypatch, tiny_config, *overrides: str, **fake):
+    """A run of the tiny model with the vLLM engine around tests/fake_vllm.py's stand-in; returns
+    the calls it recorded (and ``update`` for each optimizer step), the fakes and the metrics."""
+    import fake_vllm
+    from podsrl import trainer
+
+    log = []
+    built = fake_vllm.install(monkeypatch, trainer, log, **fake)
+    real_update = trainer.update
+
+    def update(*args, **kwargs):
+        log.append("update")
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "update", update)
+    c = tiny_config("rollout.engine=vllm", *overrides)
+    out = trainer.train(c)
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    return log, built, rows
+
+
+def test_one_push_per_rollout_phase_whatever_the_rounds(monkeypatch, tiny_config):
+    """adaptive_n draws a step's rollouts in several generate calls: the weights reach vLLM once
+    per phase (the step's rollouts, an evaluation), after each update, never per call."""
+    log, built, rows = fake_run(monkeypatch, tiny_config, "adaptive_n=true", "n=8", "m=4", "adaptive_round=2",
+                                "steps=3", "eval_every=2")
+    assert all(r["adaptive_rounds"] > 1 for r in rows if "adaptive_rounds" in r)  # several calls a step
+    between = " ".join(e for e in log if e in ("push", "generate", "update")).split("update")
+    # before step 1: one push, the evaluation at step 0 and step 1's rounds; after each update:
+    # one push, then that step's evaluation (steps 2 and 3) and the next step's rounds
+    assert [segment.split().count("push") for segment in between] == [1, 1, 1, 1]
+    assert [segment.split()[0] for segment in between[:3]] == ["push"] * 3
+    assert log.count("generate") > 2 * log.count("push")
+    assert len(set(built[0].pushed)) == 4  # each push carried the weights of its step
+
+
+def test_sleep_empties_the_cache_before_every_wake_up(monkeypatch, tiny_config):
+    """rollout.sleep: each phase wakes vLLM (PyTorch's cache emptied first), pushes the weights
+    it dropped, generates and sleeps again, however many rounds it generates."""
+    import re
+
+    log, _, _ = fake_run(monkeypatch, tiny_config, "rollout.sleep=true", "adaptive_n=true", "n=8", "m=4",
+                            "adaptive_round=2", "steps=2")
+    phase = r"empty_cache wake_up:weights push reset_prefix_cache wake_up:kv_cache (generate )+sleep:2 empty_cache "
+    text = " ".join(log) + " "
+    # sleep at start; the evaluation at step 0; steps 1 and 2, each with its update; the final evaluation
+    assert re.fullmatch(rf"sleep:2 empty_cache ({phase})({phase}update ){{2}}{phase}", text), text
+    assert all(log[i - 1] == "empty_cache" for i, e in enumerate(log) if e.startswith("wake_up:weights"))
+
+
+def test_sampler_correction_takes_vllms_logprobs_caps_them_and_moves_the_loss(monkeypatch, tiny_config):
+    """A sampler whose log-probs of its tokens are far below the policy's (tests/fake_vllm.py's,
+    shifted by -20): every token's ratio is over the cap, so the mean weight is the cap, every
+    token is counted as capped, and the first step's loss (the same weights, the same rollouts) is
+    the cap times the uncorrected one."""
+    common = ("beta=0", "loss_type=bnpo")
+    _, _, plain = fake_run(monkeypatch, tiny_config, "vllm_importance_sampling_correction=false", *common,
+                           "output_dir=" + str(tiny_config().output_dir) + "-plain", logprob_shift=-20.0)
+    _, _, corrected = fake_run(monkeypatch, tiny_config, *common, logprob_shift=-20.0)
+    steps = [(a, b) for a, b in zip(plain, corrected) if "loss" in a]
+    assert len(steps) == 2 and all(a["sampling_ratio"] is None for a, _ in steps)
+    assert all(b["sampling_ratio"] == pytest.approx(3.0) and b["sampling_clipped"] == 1.0 for _, b in steps)
+    first_plain, first_corrected = steps[0][0]["loss"], steps[0][1]["loss"]
+    assert first_plain != 0 and first_corrected == pytest.approx(3.0 * first_plain, rel=1e-5)
+
+
 # --------------------------------------------------------------------------- the engine in this process
 
 
@@ -192,6 +353,23 @@ def test_vllm_samples_from_the_updated_policy(policy, engine):
     finally:
         model.load_state_dict(saved)
         engine.sync_weights()
+
+
+@needs_vllm
+def test_vllm_returns_the_sampled_tokens_logprobs_and_the_correction_is_one_for_the_same_policy(policy, engine):
+    """The rollouts carry vLLM's log-probs of its sampled tokens (0 at padding), the policy's own
+    within the tolerance above; the correction's weights are then 1 to within 1e-4 on average."""
+    from podsrl.loss import policy_loss
+
+    model, tokenizer, prompts = policy
+    out = engine.generate(prompts[:2], 4, 1.0, 12, seeds=[5, 6])
+    ours = completion_logprobs(model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask)
+    assert out.sampler_logp.shape == ours.shape and not out.sampler_logp[out.completion_mask == 0].any()
+    gap = float((out.sampler_logp - ours).abs().max())
+    _, stats = policy_loss(ours, torch.ones(len(ours)), out.completion_mask, sampler_logp=out.sampler_logp)
+    print(f"max |vLLM logp - policy logp| {gap:.3g}; mean weight - 1: {float(stats.sampling_ratio) - 1:.3g}")
+    assert gap < LOGPROB_TOLERANCE and abs(float(stats.sampling_ratio) - 1) < 1e-4
+    assert float(stats.sampling_clipped) == 0.0
 
 
 def kept_tokens(rollouts, row: int) -> list[int]:
@@ -270,6 +448,25 @@ def test_vllm_gets_the_lora_adapter_merged(policy):
     assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
 
 
+@needs_vllm
+def test_vllm_in_bfloat16_samples_from_the_pushed_float32_policy(policy):
+    """rollout.dtype=bfloat16 (the default on a GPU) on the CPU build: the float32 policy's weights
+    are cast as they are pushed, and vLLM's log-probs stay near the policy's, the gap the
+    correction weighs."""
+    from podsrl.loss import policy_loss
+    from podsrl.rollout.vllm import VLLMEngine
+
+    model, tokenizer, prompts = policy
+    bf16 = VLLMEngine(model, tokenizer, RolloutConfig(engine="vllm", kv_cache_mb=KV_CACHE_MB, dtype="bfloat16"))
+    assert bf16.llm.llm_engine.model_config.dtype == torch.bfloat16
+    out = bf16.generate(prompts[:2], 4, 1.0, 12, seeds=[5, 6])
+    ours = completion_logprobs(model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask)
+    gap = float(((out.sampler_logp - ours).abs() * out.completion_mask).sum() / out.completion_mask.sum())
+    _, stats = policy_loss(ours, torch.ones(len(ours)), out.completion_mask, sampler_logp=out.sampler_logp)
+    print(f"bf16 vLLM: mean |logp gap| {gap:.3g}, mean weight {float(stats.sampling_ratio):.4f}")
+    assert 0 < gap < 0.1 and abs(float(stats.sampling_ratio) - 1) < 0.1
+
+
 # --------------------------------------------------------------------------- training runs
 
 
@@ -283,7 +480,7 @@ def test_vllm_smoke_run(tmp_path):
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "eval_accuracy" in rows[0] and "eval_accuracy" in rows[-1]
-    assert all(r["grad_norm"] > 0 and r["completion_length"] > 0 for r in rows[1:])
+    assert all(r["grad_norm"] > 0 and r["generated_completion_length"] > 0 for r in rows[1:])
     assert all(4 <= r["rollouts_generated"] <= 8 and r["rollouts_generated"] % 2 == 0 for r in rows[1:])
     assert (tmp_path / "run" / "checkpoints" / "step-000002" / "model").is_dir()
 
@@ -333,3 +530,62 @@ def test_vllm_smoke_run_on_gpu_with_sleep_and_lora(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 2 and "eval_accuracy" in rows[-1]
+
+
+@needs_vllm
+def test_the_installed_vllm_has_every_call_the_engine_makes(tiny_model_dir):
+    """The engine's arguments are fields of vLLM's EngineArgs, its sampling settings fields of
+    SamplingParams, and the methods it calls take the arguments it gives them (vLLM 0.32 here;
+    0.33's source has the same, which is what the [vllm] extra's range says)."""
+    import dataclasses
+    import inspect
+    import typing
+
+    from vllm import LLM, SamplingParams
+    from vllm.config.model import LogprobsMode
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from podsrl.rollout.vllm import engine_arguments
+
+    given = engine_arguments(models.load_model(tiny_model_dir), RolloutConfig(engine="vllm", kv_cache_mb=16), True,
+                             cuda=True, rank=1, world=2)
+    assert not set(given) - {f.name for f in dataclasses.fields(EngineArgs)}
+    assert given["logprobs_mode"] in typing.get_args(LogprobsMode)
+    sampling = {"n", "temperature", "top_p", "max_tokens", "stop_token_ids", "detokenize", "logprobs", "seed"}
+    assert not sampling - set(inspect.signature(SamplingParams).parameters)
+    takes = lambda method, *names: not set(names) - set(inspect.signature(method).parameters)
+    assert takes(LLM.generate, "prompts", "sampling_params", "use_tqdm") and takes(LLM.sleep, "level")
+    assert takes(LLM.wake_up, "tags") and takes(LLM.collective_rpc, "method", "kwargs") and takes(LLM.reset_prefix_cache)
+    assert takes(GPUModelRunner.reload_weights, "weights_iterator")
+
+
+@needs_vllm
+def test_vllm_under_fsdp_with_uneven_ranks_trains_as_one_process(tiny_vllm_model_dir, tmp_path):
+    """vLLM's CPU build under FSDP2 on two processes, the ranks taking different numbers of
+    generate calls (adaptive_n rounds, dynamic sampling's batches, an evaluation with one problem,
+    which rank 1 does not generate for): the run finishes, each push a chain of collectives at the
+    same points on both ranks, and it trains as one process does on the same rollouts (the
+    one-process run records what vLLM sampled and its log-probs; tests/replay.py)."""
+    worker = str(REPO / "tests" / "sharded_worker.py")
+    common = [f"model.name_or_path={tiny_vllm_model_dir}", "steps=2", "prompts_per_step=4", "n=8", "m=4",
+              "adaptive_n=true", "adaptive_round=2", "dynamic_sampling=true", "dynamic_sampling_rounds=2",
+              "task.test_size=1", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2", "loss_type=bnpo",
+              "rewards=[rewards_for_tests:varied]", "rollout.engine=vllm", "rollout.kv_cache_mb=16"]
+    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    rollouts = str(tmp_path / "rollouts")
+    one = subprocess.run([sys.executable, worker, str(tmp_path / "one"), *common, f"output_dir={tmp_path / 'one-run'}"],
+                         env={**env, "PODSRL_RECORD_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
+                          "--config_file", str(REPO / "configs" / "accelerate" / "fsdp_cpu_2proc.yaml"), worker,
+                          str(tmp_path / "two"), *common, f"output_dir={tmp_path / 'two-run'}"],
+                         env={**env, "PODSRL_REPLAY_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    single = json.loads((tmp_path / "one" / "rank0.json").read_text())
+    ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in range(2)]
+    assert all(r["distributed_type"] == "DistributedType.FSDP" and r["unshards"] == 0 for r in ranks)
+    assert all(r["replayed"] > 0 and r["own"] == 0 for r in ranks)
+    for a, b in zip(single["steps"], ranks[0]["steps"]):
+        assert abs(a["loss"] - b["loss"]) < 1e-5 and abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * max(1.0, a["grad_norm"])
+    assert all(s["grad_norm"] > 0 for s in single["steps"])

@@ -65,7 +65,7 @@ def cmd_eval(args) -> int:
     task = task_from_config(c.task, c.seed)
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
-    engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout)
+    engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout, c.model.trust_remote_code)
     result = evaluate(engine, tokenizer, task.test, task.system_prompt if c.task.system_prompt is None else c.task.system_prompt,
                       c.rollout.max_new_tokens, c.eval_temperature, keep=c.log_completions,
                       progress=c.progress)

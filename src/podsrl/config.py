@@ -41,8 +41,8 @@ class ModelConfig:
     """Recompute each layer's activations in the backward instead of keeping them (TRL's default
     too): a second forward per update for a fraction of the activation memory."""
     load_in_4bit: bool = False
-    """NF4 base weights through bitsandbytes under LoRA (QLoRA); needs a CUDA GPU and
-    ``pip install 'podsrl[qlora]'``."""
+    """NF4 base weights through bitsandbytes under LoRA (QLoRA); ``pip install 'podsrl[qlora]'``.
+    On a CUDA GPU, or on the CPU with bitsandbytes' CPU kernels (computing in float32 there)."""
 
 
 @dataclass
@@ -109,6 +109,11 @@ class RolloutConfig:
     sleep: bool = False
     """vLLM on a CUDA GPU: release its memory during the update (sleep mode) and wake for the next
     rollout."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """vLLM: the dtype of its weights and KV cache; ``auto``: bfloat16 on a CUDA GPU (float16 on
+    one without bf16), the policy's dtype on a CPU. The policy's weights are cast as they are pushed;
+    the importance-sampling correction (``vllm_importance_sampling_correction``) weighs what the
+    lower precision changes."""
 
 
 @dataclass
@@ -136,8 +141,9 @@ class Config:
     """Down-sampling rule (podsrl.downsample.RULES)."""
     adaptive_n: bool = False
     """pods: generate each prompt's rollouts in rounds of ``adaptive_round`` and stop a prompt once
-    more rollouts cannot change the rewards it trains on (for 0/1 rewards: it holds m/2 of each);
-    ``n`` is then the most a prompt takes (podsrl.sampling)."""
+    more rollouts cannot change the rewards it trains on (it holds m/2 rewards at each end of the
+    rewards' declared range: for 0/1 rewards, m/2 of each value); ``n`` is then the most a prompt
+    takes (podsrl.sampling). Each reward function must declare its ``bounds``."""
     adaptive_round: int | None = None
     """adaptive_n: rollouts per prompt in each round; default m."""
     prompt_filter: Literal["none", "history"] = "none"
@@ -189,12 +195,19 @@ class Config:
     epsilon_high: float = 0.2
     """Upper clip range of the importance ratio: ``1 + epsilon_high`` (DAPO's clip-higher when larger
     than ``epsilon_low``)."""
+    vllm_importance_sampling_correction: bool = True
+    """rollout.engine=vllm: weight each token's loss by min(π_θ / μ, cap), the truncated ratio of the
+    policy's probability of the token to vLLM's (other kernels, often another precision: bf16,
+    CUDA graphs), as TRL does; its mean and the share of tokens capped are logged
+    (``sampling_ratio``, ``sampling_clipped``). The HF engine samples from the policy itself."""
+    vllm_importance_sampling_cap: float = 3.0
+    """The cap of that ratio (TRL's ``vllm_importance_sampling_clip_max``), >= 1."""
     skip_zero_advantage: bool = True
     """With beta = 0, rollouts whose advantage is exactly 0 (all-equal groups) skip the forward and
     backward: they add nothing to the gradient, and the loss's normalisers still count them."""
     lean_logprobs: bool = True
     """Per-token log-probs chunk by chunk from the hidden states, never the full [N, T, V] logits
-    (falls back to full logits under FSDP / DeepSpeed or for an unusual output layer)."""
+    (falls back to full logits under FSDP or for an unusual output layer)."""
     mixed_precision: Literal["no", "bf16", "fp16"] | None = None
     """Autocast through accelerate (weights stay in model.dtype); default: the launcher's setting
     (``accelerate launch`` sets one), else bf16 on a CUDA GPU that supports it, as TRL does (unless
@@ -423,7 +436,10 @@ def validate(c: Config) -> None:
     need(not twice, f"rewards names {twice[0]!r} twice; name it once, with the sum of its weights" if twice else "")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
     for name in c.rewards:
-        load_reward(name)  # a registered name, or an importable module:function
+        fn = load_reward(name)  # a registered name, or an importable module:function
+        need(not c.adaptive_n or getattr(fn, "bounds", None) is not None,
+             f"adaptive_n needs each reward's declared bounds to know when a prompt is settled; reward {name!r} "
+             "declares none (set its bounds attribute to (lowest, highest))")
     need(c.reward_workers is None or c.reward_workers >= 0, "reward_workers must be >= 0")
     need(c.reward_timeout_s > 0, "reward_timeout_s must be > 0")
     need(c.threads is None or c.threads >= 1, f"threads must be >= 1, got {c.threads}")
@@ -437,6 +453,8 @@ def validate(c: Config) -> None:
     need(c.beta >= 0, f"beta must be >= 0, got {c.beta}")
     need(0 <= c.epsilon_low < 1 and c.epsilon_high >= 0,
          f"epsilon_low must be in [0, 1) and epsilon_high >= 0, got {c.epsilon_low} and {c.epsilon_high}")
+    need(c.vllm_importance_sampling_cap >= 1,
+         f"vllm_importance_sampling_cap must be >= 1, got {c.vllm_importance_sampling_cap}")
     need(c.micro_batch_size is None or c.micro_batch_size >= 1, "micro_batch_size must be >= 1")
     for key in ("eval_every", "eval_every_s", "eval_temperature", "save_every", "time_budget_s", "log_completions"):
         need(getattr(c, key) >= 0, f"{key} must be >= 0, got {getattr(c, key)}")

@@ -11,8 +11,8 @@ chunk of tokens at a time, in fp32; its backward recomputes each chunk's logits,
     ∂ log π(y_t) / ∂ (W h_t) = onehot(y_t) − softmax(W h_t).
 
 Peak memory: one chunk of logits (``chunk_mb``), not every position's. It needs an output layer
-that is a plain ``nn.Linear`` without bias, whose weight is whole on this process (not under FSDP
-or DeepSpeed ZeRO-3); elsewhere :func:`completion_logprobs` computes full logits, as TRL does.
+that is a plain ``nn.Linear`` without bias, whose weight is whole on this process (as under DDP
+and DeepSpeed ZeRO-2; not under FSDP); elsewhere :func:`completion_logprobs` computes full logits, as TRL does.
 """
 
 from __future__ import annotations

@@ -6,6 +6,14 @@ For token t of completion i with ratio ρ = exp(log π_θ − log π_old) and ad
     ℓ_{i,t} = −min(ρ A_i, clip(ρ, 1 − ε_low, 1 + ε_high) A_i) + β · KL_{i,t},
     KL_{i,t} = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1        (k3 estimator)
 
+Rollouts sampled by another engine (vLLM: other kernels, often another precision) come with the
+log-probs the sampler gave its tokens, log μ. Each token's term is then weighted by the truncated
+importance ratio of the policy that generated against the sampler (TRL's
+``vllm_importance_sampling_correction``, mode ``token_truncate``; Yao et al., 2025, "Your
+efficient RL framework secretly brings you off-policy RL training"):
+
+    ℓ_{i,t} ← min(exp(log π_old − log μ), C) · ℓ_{i,t}     (before the KL term is added)
+
 ``loss_type`` says how the masked per-token terms are averaged:
 
     grpo     mean over each sequence's tokens, then over sequences
@@ -34,6 +42,8 @@ class LossStats(NamedTuple):
     kl: Tensor  # mean k3 KL to the reference policy (0 when none)
     ratio: Tensor  # mean importance ratio
     num_tokens: Tensor  # unmasked tokens in this call
+    sampling_ratio: Tensor  # mean truncated sampler correction min(π_old / μ, C) (1 without one)
+    sampling_clipped: Tensor  # fraction of tokens whose π_old / μ exceeds C (0 without a correction)
 
 
 def policy_loss(
@@ -49,6 +59,8 @@ def policy_loss(
     max_completion_length: int | None = None,
     num_sequences: int | None = None,
     num_tokens: int | float | None = None,
+    sampler_logp: Tensor | None = None,
+    sampling_cap: float = 3.0,
 ) -> tuple[Tensor, LossStats]:
     """Clipped-surrogate GRPO loss of a (micro-)batch of completions.
 
@@ -65,6 +77,9 @@ def policy_loss(
         max_completion_length: the ``dr_grpo`` length constant; defaults to ``L``.
         num_sequences: sequences in the whole optimizer batch (``grpo``, ``dr_grpo``); default N.
         num_tokens: unmasked tokens in the whole optimizer batch (``bnpo``); default this call's.
+        sampler_logp: ``[N, L]`` log-probs the sampler gave its tokens; ``None``: the policy
+            sampled them itself (no correction).
+        sampling_cap: C, the truncation of the sampler correction.
 
     Returns:
         the scalar loss and :class:`LossStats`.
@@ -80,6 +95,11 @@ def policy_loss(
     ratio = torch.exp(logp - old_logp)  # [N, L]
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)  # [N, L]
     per_token = -torch.min(ratio * adv, clipped * adv)  # [N, L]
+    sampling = torch.ones_like(logp)
+    if sampler_logp is not None:
+        drift = torch.nan_to_num((old_logp - sampler_logp.to(old_logp.dtype)) * mask, nan=0.0)  # [N, L]
+        sampling = torch.exp(drift).detach()  # π_old / μ, no gradient
+        per_token = per_token * sampling.clamp(max=sampling_cap)
     kl = torch.zeros_like(logp)
     if beta > 0:
         delta = ref_logp - logp  # [N, L]
@@ -104,5 +124,7 @@ def policy_loss(
             kl=(kl * mask).sum() / tokens,
             ratio=(ratio * mask).sum() / tokens,
             num_tokens=mask.sum(),
+            sampling_ratio=(sampling.clamp(max=sampling_cap) * mask).sum() / tokens,
+            sampling_clipped=((sampling > sampling_cap) * mask).sum() / tokens,
         )
     return loss, stats

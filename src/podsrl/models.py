@@ -142,25 +142,27 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
 def load_model(name_or_path: str, dtype: str = "float32", trust_remote_code: bool = False,
                load_in_4bit: bool = False) -> PreTrainedModel:
     """A causal LM from a hub id, a folder, a ``.gguf`` file or ``smollm2`` (the default).
-    ``load_in_4bit``: NF4 weights through bitsandbytes (QLoRA's base model; needs a CUDA GPU)."""
+    ``load_in_4bit``: NF4 weights through bitsandbytes (QLoRA's base model), on the GPU where there
+    is one, else on the CPU (bitsandbytes' CPU kernels)."""
     if dtype not in DTYPES:
         raise PodsError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
-    extra = {"quantization_config": four_bit_config(dtype), "device_map": {"": torch.cuda.current_device()}} if load_in_4bit else {}
+    cuda = torch.cuda.is_available()
+    extra = {"quantization_config": four_bit_config(dtype, cuda),
+             "device_map": {"": torch.cuda.current_device() if cuda else "cpu"}} if load_in_4bit else {}
     model = _pretrained(AutoModelForCausalLM.from_pretrained, name_or_path, _local_source(name_or_path), "model",
                         dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, **extra)
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or model.config.eos_token_id
     return model
 
 
-def four_bit_config(dtype: str):
-    """bitsandbytes NF4 with double quantisation, computing in ``dtype`` (bf16 for float32)."""
-    if not torch.cuda.is_available():
-        raise PodsError("model.load_in_4bit needs a CUDA GPU (bitsandbytes' 4-bit kernels)")
+def four_bit_config(dtype: str, cuda: bool = True):
+    """bitsandbytes NF4 with double quantisation, computing in ``dtype`` (on a GPU, bf16 for
+    float32, as QLoRA does; on a CPU, float32 as given)."""
     if importlib.util.find_spec("bitsandbytes") is None:
         raise PodsError("model.load_in_4bit needs bitsandbytes: pip install 'podsrl[qlora]'")
     from transformers import BitsAndBytesConfig
 
-    compute = DTYPES[dtype] if dtype != "float32" else torch.bfloat16
+    compute = DTYPES[dtype] if dtype != "float32" or not cuda else torch.bfloat16
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                               bnb_4bit_compute_dtype=compute)
 

@@ -8,14 +8,16 @@ down-sampling rule and with several processes:
 
 1. ``adaptive_n`` (rounds, as in Reinforce-Ada, arXiv 2510.04996): a prompt's rollouts come in
    rounds of ``adaptive_round`` (default m), later rounds batching only the prompts still running.
-   A prompt stops once more rollouts cannot change the rewards it trains on (:func:`settled`): its
-   rewards so far span [lo, hi] and it holds at least ⌊m/2⌋ of them at each end and m at the two
-   ends together, so max-variance selection already takes the largest variance that any m rewards
-   in [lo, hi] can have (Theorem 1: the k highest and the m − k lowest). For 0/1 rewards and even
-   m that is m/2 of each value (Theorem 2), and no later rollout could change the selected rewards
-   or their advantages (with odd m, only swap ⌈m/2⌉ ones for ⌈m/2⌉ zeros, at the same variance);
-   with other rewards only a new extreme could, so the rule is exact within the range seen. A
-   prompt whose rewards stay all equal takes all n.
+   A prompt stops once more rollouts cannot change the rewards it trains on (:func:`settled`): the
+   rewards' declared range (each reward function's ``bounds``, weighted and summed) is [lo, hi],
+   and the prompt holds at least ⌊m/2⌋ rewards at each end and m at the two ends together, so
+   max-variance selection already takes the largest variance that any m rewards in [lo, hi] can
+   have (Theorem 1: the k highest and the m − k lowest), and no later rollout, whatever its
+   reward, could change the selected rewards or their advantages (with odd m, only swap ⌈m/2⌉ of
+   one end for ⌈m/2⌉ of the other, at the same variance). For 0/1 rewards that is m/2 of each
+   value (Theorem 2). A prompt that never reaches both ends takes all n, as PODS would draw. The
+   rule is the declared range's, not the range seen so far (with accuracy + 0.2·format, a group
+   holding only 0.2 and 1.2 may still draw a 0), so rewards without declared bounds are refused.
 2. ``prompt_filter="history"`` (GRESO, Zheng et al., 2025, arXiv 2506.02177): each prompt, known by
    its text, carries z, the number of its latest groups in a row whose rewards were all equal.
    Before any rollout it is skipped with probability 1 − max(p^z, 0.01), never surely, and replaced
@@ -40,6 +42,7 @@ generates nothing for it.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -48,6 +51,7 @@ from typing import NamedTuple
 import torch
 
 from podsrl.evaluate import chat_prompt
+from podsrl.rewards import reward_bounds
 from podsrl.rollout import Rollouts, concat_rollouts, take_rows
 from podsrl.tasks import Problem
 
@@ -56,12 +60,14 @@ KEEP_START, KEEP_STEP, KEEP_LOW, KEEP_HIGH, KEEP_FLOOR = 0.5, 0.01, 0.05, 0.95, 
 COUNTS = ("rollouts_generated", "prompts_skipped", "groups_filtered", "dynamic_rounds", "adaptive_rounds")
 
 
-def settled(rewards: list[float], m: int) -> bool:
-    """Whether more rollouts cannot change the rewards that max-variance selection takes of a
-    group holding ``rewards``, within their range: at least ⌊m/2⌋ of them at each extreme, and m
-    at the two together (for 0/1 rewards: m/2 of each value)."""
-    lo, hi = min(rewards), max(rewards)
-    at_lo, at_hi = rewards.count(lo), rewards.count(hi)
+def settled(rewards: list[float], m: int, bounds: tuple[float, float]) -> bool:
+    """Whether more rollouts, of any rewards within ``bounds`` (the lowest and highest reward
+    possible), cannot change the rewards that max-variance selection takes of a group holding
+    ``rewards``: at least ⌊m/2⌋ of them at each bound, and m at the two together (for 0/1
+    rewards: m/2 of each value). Rewards are float32: a bound matches to float32's precision."""
+    lo, hi = bounds
+    at_lo = sum(math.isclose(r, lo, rel_tol=1e-6, abs_tol=1e-7) for r in rewards)
+    at_hi = sum(math.isclose(r, hi, rel_tol=1e-6, abs_tol=1e-7) for r in rewards)
     return lo < hi and min(at_lo, at_hi) >= m // 2 and at_lo + at_hi >= m
 
 
@@ -184,13 +190,14 @@ class Sampler:
         seeds = [step_seed(c.seed, step, first + i) for i in range(len(problems))]
         groups = [_Group(p) for p in problems]
         per_round = (c.adaptive_round or c.m) if c.adaptive_n else c.n
+        bounds = reward_bounds(self.scorer.fns, c.reward_weights) if c.adaptive_n else None
         running, size, rounds = list(range(len(problems))), 0, 0
         while running:
             take = min(per_round, c.n - size)
             self._round([prompts[i] for i in running], [seeds[i] for i in running], [groups[i] for i in running],
                         take, size, counts, totals)
             size, rounds = size + take, rounds + 1
-            running = [i for i in running if c.adaptive_n and size < c.n and not settled(groups[i].rewards, c.m)]
+            running = [i for i in running if c.adaptive_n and size < c.n and not settled(groups[i].rewards, c.m, bounds)]
         counts["adaptive_rounds"] = max(counts["adaptive_rounds"], rounds)
         return groups
 

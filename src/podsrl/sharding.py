@@ -36,16 +36,29 @@ def make_accelerator(**kwargs) -> Accelerator:
     """``Accelerator(**kwargs)``, on the CPU when :func:`cpu_processes`, and sharded there as the
     launcher asked (FSDP2 or DeepSpeed), which accelerate alone would not do."""
     cpu = cpu_processes()
+    if _flag("ACCELERATE_USE_FSDP"):  # before accelerate builds an FSDP1 plugin (which fails without a GPU)
+        check_fsdp_version(int(os.environ.get("FSDP_VERSION", "1")))
     acc = Accelerator(cpu=cpu, **kwargs)
     if cpu and acc.distributed_type == DistributedType.MULTI_CPU:
         if _flag("ACCELERATE_USE_FSDP"):
             _shard_with_fsdp(acc)
         elif _flag("ACCELERATE_USE_DEEPSPEED"):
             _shard_with_deepspeed(acc)
+    if acc.distributed_type == DistributedType.FSDP:
+        check_fsdp_version(acc.state.fsdp_plugin.fsdp_version)
     if is_deepspeed(acc) and acc.state.deepspeed_plugin.zero_stage == 3:
         raise PodsError("DeepSpeed ZeRO-3 is not supported: it partitions the parameters that generation reads "
                         "whole; use FSDP (configs/accelerate/fsdp.yaml), which shards them too, or ZeRO-2")
     return acc
+
+
+def check_fsdp_version(version: int) -> None:
+    """Refuse FSDP1, on any device: it all-gathers each layer inside its forward, so ranks that
+    decode different numbers of tokens would meet in different collectives (a hang), and its
+    state dict is whole on rank 0 only, which the vLLM engine's push cannot use."""
+    if version != 2:
+        raise PodsError(f"FSDP needs fsdp_version: 2 in the accelerate config (got {version}); "
+                        "FSDP1 is not supported")
 
 
 def _flag(name: str) -> bool:
@@ -63,9 +76,6 @@ def _shard_with_fsdp(acc: Accelerator) -> None:
     from accelerate import FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin()  # from the launcher's FSDP_* variables
-    if plugin.fsdp_version != 2:
-        raise PodsError("FSDP on CPU processes needs fsdp_version: 2 in the accelerate config "
-                        "(FSDP1 needs a GPU per process)")
     if acc.mixed_precision != "no":
         plugin.set_mixed_precision(acc.mixed_precision)
     acc.state.fsdp_plugin = plugin
@@ -85,6 +95,12 @@ def _shard_with_deepspeed(acc: Accelerator) -> None:
 
 def is_sharded(acc: Accelerator) -> bool:
     return acc.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+
+
+def params_whole(acc: Accelerator) -> bool:
+    """Whether each process holds every parameter whole outside a forward: not under FSDP (ZeRO-2
+    partitions gradients and optimizer state only; ZeRO-3 is refused)."""
+    return acc.distributed_type != DistributedType.FSDP
 
 
 def is_deepspeed(acc: Accelerator) -> bool:
@@ -137,7 +153,14 @@ def whole_for_generation(model: torch.nn.Module):
 
 
 def _reshards_after_forward(module) -> bool:
-    groups = module._get_fsdp_state()._fsdp_param_groups
+    """Whether an FSDP2 module frees its gathered weights after each forward. torch has no public
+    getter: its FSDP state holds one parameter group (``_fsdp_param_group``, torch 2.6 to the
+    releases before multiple groups) or a list of them (``_fsdp_param_groups``, torch 2.13)."""
+    state = module._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is None:
+        group = state._fsdp_param_group
+        groups = [group] if group is not None else []
     return any(g.post_forward_mesh_info is not None for g in groups)
 
 

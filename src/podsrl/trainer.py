@@ -177,12 +177,13 @@ def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: 
     if ref_model is not None:
         ref_model = ref_model.to(accelerator.device)
 
-    # a sharded output layer is whole only inside the forward: full logits there
-    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and not sharding.is_sharded(accelerator) else None
+    # an FSDP-sharded output layer is whole only inside the forward: full logits there
+    head = lean_head(accelerator.unwrap_model(model)) if c.lean_logprobs and sharding.params_whole(accelerator) else None
     s = Setup(accelerator, model, tokenizer, None, optimizer, task,
               task.system_prompt if c.task.system_prompt is None else c.task.system_prompt,
               scorer, run, ref_model=ref_model, head=head)
-    s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout)
+    s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout,
+                           c.model.trust_remote_code)
     state = {}
     if resume_from is not None:
         state = read_state(resume_from)
@@ -247,7 +248,9 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     # normalisers of the whole optimizer batch, so micro-batch losses add up to its loss;
     # bnpo's token count is averaged over ranks, as the gradients are
     num_tokens = acc.reduce(mask.sum().float().to(acc.device), reduction="mean") if acc.num_processes > 1 else mask.sum()
-    totals = dict(loss=0.0, clip_fraction=0.0, kl=0.0, tokens=float(mask.sum()))  # skipped tokens: not clipped, KL 0
+    totals = dict(loss=0.0, clip_fraction=0.0, kl=0.0, tokens=float(mask.sum()),  # skipped tokens: not clipped, KL 0
+                  sampling_ratio=0.0, sampling_clipped=0.0, sampled_tokens=0.0)  # over the trained tokens
+    sampler_logp = rollouts.sampler_logp if c.vllm_importance_sampling_correction else None
     torch.manual_seed(step_seed(c.seed, step, -2))  # dropout
     model.train()
     s.optimizer.zero_grad(set_to_none=True)
@@ -266,6 +269,8 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
                 logp, adv[part].to(logp.device), cmask, ref_logp=ref, beta=c.beta,
                 epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
                 max_completion_length=c.rollout.max_new_tokens, num_sequences=len(rows), num_tokens=float(num_tokens),
+                sampler_logp=None if sampler_logp is None else sampler_logp[r, :C].to(logp.device),
+                sampling_cap=c.vllm_importance_sampling_cap,
             )
             sharding.backward(acc, model, loss * weights[i], last=sync)
         if not weights[i]:
@@ -274,14 +279,21 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
         totals["loss"] += loss.item()
         totals["clip_fraction"] += float(stats.clip_fraction) * w
         totals["kl"] += float(stats.kl) * w
+        totals["sampling_ratio"] += float(stats.sampling_ratio) * w
+        totals["sampling_clipped"] += float(stats.sampling_clipped) * w
+        totals["sampled_tokens"] += w
     grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
     s.optimizer.step()
     s.engine.sync_weights()
     # over ranks: each rank's loss is normalised by its share, so their mean is the global loss
-    loss, tokens, clipped, kl, skipped = _sum_over_ranks(
-        acc, [totals["loss"], totals["tokens"], totals["clip_fraction"], totals["kl"], float(len(rows) - len(trained))])
+    loss, tokens, clipped, kl, skipped, sampling, capped, weighed = _sum_over_ranks(
+        acc, [totals["loss"], totals["tokens"], totals["clip_fraction"], totals["kl"], float(len(rows) - len(trained)),
+              totals["sampling_ratio"], totals["sampling_clipped"], totals["sampled_tokens"]])
+    corrected = sampler_logp is not None
     return {
         "loss": loss / acc.num_processes, "clip_fraction": clipped / max(tokens, 1.0), "kl": kl / max(tokens, 1.0),
+        "sampling_ratio": sampling / max(weighed, 1.0) if corrected else None,
+        "sampling_clipped": capped / max(weighed, 1.0) if corrected else None,
         "grad_norm": float(grad_norm) if grad_norm is not None else None,
         "trained_sequences": len(rows) * acc.num_processes, "trained_tokens": int(tokens), "micro_batches": len(chunks),
         "skipped_zero_advantage": int(skipped),
@@ -375,9 +387,9 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
     while step < c.steps and not (c.time_budget_s and _clock(s, c) >= c.time_budget_s):
         step += 1
         t0, cpu0, clock0 = time.perf_counter(), time.process_time(), _clock(s, c)
-        # 1-3. this rank's prompts and their rollouts, scored while later ones are generated; sharded:
-        # on weights gathered once, so that ranks decode independently
-        with sharding.whole_for_generation(s.model):
+        # 1-3. this rank's prompts and their rollouts, scored while later ones are generated, in one
+        # rollout phase of the engine (weights gathered or pushed once, the same on every rank)
+        with s.engine.phase():
             groups = s.sampler.step_groups(step)
         t2 = time.perf_counter()
         # 4-5. select m per prompt; advantages over the selected subset
@@ -398,8 +410,8 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             **dict(zip(("reward_timeouts", "reward_retries"),
                        map(int, _sum_over_ranks(acc, [float(groups.timeouts), float(groups.retries)])))),
             **_reward_stats(acc, groups.rewards, chosen.rewards),
-            **{f"reward/{k}": v for k, v in _mean_over_ranks(acc, groups.reward_means).items()},
-            "completion_length": float(groups.rollouts.completion_mask.sum(1).float().mean()),
+            **{f"scored_reward/{k}": v for k, v in _mean_over_ranks(acc, groups.reward_means).items()},
+            **_lengths(acc, groups.rollouts.completion_mask, chosen.rows),
             **_sampling_counts(acc, c, groups.counts),
             **stats,
             "update_peak_memory_mb": mem.peak_mb, "update_memory_delta_mb": mem.delta_mb,
@@ -422,7 +434,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
                         "reward_wall_timeout_s=%g s twice, or its worker died", step, record["reward_timeouts"],
                         c.reward_timeout_s, c.reward_wall_timeout_s)
         bar.update(min(elapsed, c.time_budget_s - bar.n) if by_clock else 1)
-        bar.set_postfix(reward=f"{record['reward_mean']:.2f}", acc=_last_accuracy(last_eval),
+        bar.set_postfix(reward=f"{record['generated_reward_mean']:.2f}", acc=_last_accuracy(last_eval),
                         gen=f"{record['generation_s']:.1f}s", score=f"{record['scoring_s']:.2f}s", update=f"{record['update_s']:.1f}s",
                         **({"scored_0": failed} if failed else {}))
         if (c.save_every and step % c.save_every == 0) or step == c.steps:
@@ -469,7 +481,7 @@ def _log_completions(file, c: Config, step: int, groups: Groups, chosen: Selecte
 
 def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
     t = time.perf_counter()
-    with sharding.whole_for_generation(s.model):  # a rank may have no problem to generate for
+    with s.engine.phase():  # on every rank, also one with no problem to generate for
         accuracy, samples = evaluate(s.engine, s.tokenizer, s.task.test, s.system_prompt, c.rollout.max_new_tokens,
                                      c.eval_temperature, s.accelerator, keep=c.log_completions,
                                      progress=c.progress and s.accelerator.is_main_process)
@@ -487,8 +499,10 @@ def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
 
 
 def _reward_stats(acc: Accelerator, rewards: torch.Tensor, chosen: torch.Tensor) -> dict:
-    """Mean and std of the rewards of every rollout of the trained groups (``rewards`` [P, n], NaN
-    past a group's size) and of the selected ones ([P, m]), over all ranks."""
+    """Mean and std of the rewards of every rollout generated for the trained groups (``rewards``
+    [P, n], NaN past a group's size: how many depends on adaptive_n's stopping) and of the selected
+    ones ([P, m], comparable between runs with and without adaptive_n), over all ranks; each
+    metric's name says which."""
     every = rewards[~rewards.isnan()].double()
     count, total, squares = _sum_over_ranks(acc, [float(len(every)), float(every.sum()), float((every**2).sum())])
     if acc.num_processes > 1:
@@ -496,10 +510,20 @@ def _reward_stats(acc: Accelerator, rewards: torch.Tensor, chosen: torch.Tensor)
     group_std = chosen.std(1) if chosen.shape[1] > 1 else torch.zeros(len(chosen))
     variance = (squares - total**2 / count) / (count - 1) if count > 1 else 0.0
     return {
-        "reward_mean": total / max(count, 1.0), "reward_std": max(variance, 0.0) ** 0.5,
+        "generated_reward_mean": total / max(count, 1.0), "generated_reward_std": max(variance, 0.0) ** 0.5,
         "selected_reward_mean": float(chosen.mean()), "selected_reward_std": float(chosen.std()) if chosen.numel() > 1 else 0.0,
         "frac_zero_std_groups": float((group_std == 0).float().mean()),
     }
+
+
+def _lengths(acc: Accelerator, mask: torch.Tensor, rows: torch.Tensor) -> dict:
+    """Mean completion length of every rollout generated for the trained groups and of the
+    selected ones, over all ranks."""
+    lengths = mask.sum(1).double().cpu()  # [N]
+    generated, count, selected, chosen = _sum_over_ranks(
+        acc, [float(lengths.sum()), float(len(lengths)), float(lengths[rows.cpu()].sum()), float(len(rows))])
+    return {"generated_completion_length": generated / max(count, 1.0),
+            "selected_completion_length": selected / max(chosen, 1.0)}
 
 
 def _sampling_counts(acc: Accelerator, c: Config, counts: dict) -> dict:

@@ -66,6 +66,28 @@ def score_per_completion(spec: PerCompletion, completions: list, **columns) -> l
     return values
 
 
+def bounded(lowest: float, highest: float) -> Callable[[RewardFn], RewardFn]:
+    """Declare the range a reward function's values lie in (as ``fn.bounds``). adaptive_n needs
+    it to know when more rollouts cannot change a group's selection; a user's function declares
+    it the same way (``my_reward.bounds = (0.0, 1.0)``). A value None (not applicable) counts as 0."""
+
+    def declare(fn: RewardFn) -> RewardFn:
+        fn.bounds = (float(lowest), float(highest))
+        return fn
+
+    return declare
+
+
+def reward_bounds(fns: dict[str, RewardFn], weights: list[float]) -> tuple[float, float] | None:
+    """The range of the weighted sum of ``fns``' rewards, from each one's declared bounds; None
+    if one declares none."""
+    if any(getattr(fn, "bounds", None) is None for fn in fns.values()):
+        return None
+    lowest = sum(min(w * fn.bounds[0], w * fn.bounds[1]) for fn, w in zip(fns.values(), weights))
+    highest = sum(max(w * fn.bounds[0], w * fn.bounds[1]) for fn, w in zip(fns.values(), weights))
+    return lowest, highest
+
+
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
     def add(fn: RewardFn) -> RewardFn:
         REWARDS[name] = fn
@@ -92,6 +114,7 @@ def _accuracy_slow(completion: str, gold: str, entry: dict | None = None):
 
 
 @register_reward("accuracy")
+@bounded(0.0, 1.0)
 @per_completion(PerCompletion(_accuracy_fast, _accuracy_slow, ("answer", "entry")))
 def accuracy_reward(completions: list[str], answer: list[str], entry: list[dict | None] | None = None, **_) -> list[float]:
     """1.0 when the completion's final answer equals the gold ``answer``, else 0.0. Plain numbers
@@ -113,6 +136,7 @@ _THINK_ANSWER = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$",
 
 
 @register_reward("format")
+@bounded(0.0, 1.0)
 @per_completion(PerCompletion(lambda c: float(bool(_THINK_ANSWER.match(c)))))
 def format_reward(completions: list[str], **_) -> list[float]:
     """1.0 for ``<think>...</think><answer>...</answer>`` (the paper's format), else 0.0."""
@@ -120,6 +144,7 @@ def format_reward(completions: list[str], **_) -> list[float]:
 
 
 @register_reward("number_only")
+@bounded(0.0, 1.0)
 @per_completion(PerCompletion(lambda c: float(bool(_NUMBER.fullmatch(c.strip().rstrip("."))))))
 def number_only_reward(completions: list[str], **_) -> list[float]:
     """1.0 when the completion is a single number and nothing else, else 0.0."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Callable, NamedTuple, Protocol
 
 import torch
@@ -17,12 +18,15 @@ class Rollouts(NamedTuple):
     completion_ids: Tensor  # [N, C] right-padded, nothing kept after the first EOS
     completion_mask: Tensor  # [N, C] 1 up to and including the first EOS
     texts: list[str]  # [N] decoded completions, special tokens removed
+    sampler_logp: Tensor | None = None  # [N, C] log-probs the sampler gave its tokens (0 at padding);
+    # None where the policy itself sampled them (the HF engine)
 
 
 def take_rows(r: Rollouts, rows: list[int]) -> Rollouts:
     """The rollouts at ``rows``, in that order."""
     index = torch.tensor(rows, dtype=torch.long)
-    return Rollouts(*(t[index.to(t.device)] for t in r[:4]), [r.texts[i] for i in rows])
+    logp = None if r.sampler_logp is None else r.sampler_logp[index.to(r.sampler_logp.device)]
+    return Rollouts(*(t[index.to(t.device)] for t in r[:4]), [r.texts[i] for i in rows], logp)
 
 
 def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
@@ -36,6 +40,7 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         torch.cat([left(p.prompt_ids, pad_id) for p in parts]), torch.cat([left(p.prompt_mask, 0) for p in parts]),
         torch.cat([right(p.completion_ids, pad_id) for p in parts]), torch.cat([right(p.completion_mask, 0) for p in parts]),
         [t for p in parts for t in p.texts],
+        None if any(p.sampler_logp is None for p in parts) else torch.cat([right(p.sampler_logp, 0.0) for p in parts]),
     )
 
 
@@ -58,6 +63,15 @@ class RolloutEngine(Protocol):
         """Make the engine sample from the policy's current weights (after an update)."""
         ...
 
+    def phase(self) -> AbstractContextManager:
+        """Hold the engine ready for one phase of generate calls (a step's rollouts, an
+        evaluation). Whatever the engine must gather or push for them (FSDP2's whole weights, the
+        policy's weights into vLLM) happens on entry and exit, never in ``generate``: under several
+        processes every process enters and leaves each phase at the same points, so they run the
+        same collectives whatever, and however often, each then generates (nothing, on a process
+        without evaluation problems)."""
+        ...
+
 
 def check_engine(name: str, config) -> None:
     """Refuse, before any model loads, an engine setting this machine cannot run (``PodsError``)."""
@@ -67,7 +81,7 @@ def check_engine(name: str, config) -> None:
         check_vllm(config)
 
 
-def make_engine(name: str, model, tokenizer, config) -> RolloutEngine:
+def make_engine(name: str, model, tokenizer, config, trust_remote_code: bool = False) -> RolloutEngine:
     if name == "hf":
         from podsrl.rollout.hf import HFEngine
 
@@ -76,7 +90,7 @@ def make_engine(name: str, model, tokenizer, config) -> RolloutEngine:
     if name == "vllm":
         from podsrl.rollout.vllm import VLLMEngine
 
-        return VLLMEngine(model, tokenizer, config)
+        return VLLMEngine(model, tokenizer, config, trust_remote_code)
     from podsrl.errors import PodsError
 
     raise PodsError(f"unknown rollout engine {name!r}; known: hf, vllm")

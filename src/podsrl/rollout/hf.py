@@ -159,6 +159,12 @@ class HFEngine:
     def sync_weights(self) -> None:  # the same module: nothing to copy
         pass
 
+    def phase(self):
+        """Under FSDP2, the weights gathered once for the phase (ranks then decode independently)."""
+        from podsrl.sharding import whole_for_generation
+
+        return whole_for_generation(self.model)
+
     @torch.no_grad()
     def generate(
         self, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seeds: list[int] | None = None,
