@@ -106,8 +106,8 @@ def test_copies_of_a_gguf_share_one_conversion(tmp_path, monkeypatch):
 ])
 def test_bad_gguf(capsys, gguf_files, command, name, message):
     path = gguf_files / name
-    code, err = cli(capsys, command, f"model.name_or_path={path}", f"output_dir={gguf_files / 'out' / 'run'}",
-                    "task.test_size=2")
+    run = [f"output_dir={gguf_files / 'out' / 'run'}"] if command == "train" else []
+    code, err = cli(capsys, command, f"model.name_or_path={path}", *run, "task.test_size=2")
     assert_one_error(code, err, message + str(path))
     assert not (gguf_files / "out").exists()  # nor the parent folder the run made
     assert not list((gguf_files / "cache").rglob("*"))  # no half-written conversion
@@ -425,7 +425,8 @@ def test_task_fields_of_the_wrong_type(capsys, tmp_path, tiny_overrides, row, me
     good = {"question": "2 + 2 =", "answer": "#### 4"}
     for split in ("train", "test"):
         (data / f"{split}.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
-    code, err = cli(capsys, command, *tiny_overrides, "task.name=gsm8k", f"task.path={data}")
+    given = tiny_overrides if command == "train" else [o for o in tiny_overrides if o.startswith(("model.", "task."))]
+    code, err = cli(capsys, command, *given, "task.name=gsm8k", f"task.path={data}")
     assert_one_error(code, err, message)
     assert not (tmp_path / "run").exists()
 
@@ -500,7 +501,7 @@ def test_resume_under_changed_settings_is_refused_naming_them(capsys, tmp_path, 
     for extra, message in [
         (["n=8", "m=4"], "n: 4 -> 8; m: 2 -> 4"),
         (["lr=0.01"], "lr: 0.001 -> 0.01"),
-        (["mode=grpo"], "mode: 'pods' -> 'grpo'"),
+        (["mode=grpo", "m=4"], "mode: 'pods' -> 'grpo'; m: 2 -> 4"),
         (["task.digits=2", "prompts_per_step=4"], "prompts_per_step: 2 -> 4; task.digits: 1 -> 2"),
         (["model.lora_r=4"], "model.lora_r: 0 -> 4"),
     ]:
@@ -688,6 +689,82 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
         code, err = cli(capsys, "train", *tiny_overrides, "steps=3", "resume=true", "save_optimizer=true",
                         f"output_dir={copy}")
         assert_one_error(code, err, message)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["rollout.sleep=true"], "rollout.sleep=true applies only with rollout.engine=vllm, not with rollout.engine=hf"),
+    (["rollout.kv_cache_mb=64"], "rollout.kv_cache_mb=64 applies only with rollout.engine=vllm"),
+    (["rollout.engine=vllm", "rollout.decoder=loop"],
+     "rollout.decoder=loop applies only with rollout.engine=hf, not with rollout.engine=vllm"),
+    (["model.lora_alpha=32"], "model.lora_alpha=32 applies only with LoRA (model.lora_r > 0), not with model.lora_r=0"),
+    (["model.lora_target_modules=[q_proj]"], "model.lora_target_modules=['q_proj'] applies only with LoRA"),
+    (["adaptive_round=2"], "adaptive_round=2 applies only with adaptive_n=true, not with adaptive_n=false"),
+    (["prompt_filter_target=0.5"], "prompt_filter_target=0.5 applies only with prompt_filter=history, not with "
+                                   "prompt_filter=none"),
+    (["dynamic_sampling_rounds=3"], "dynamic_sampling_rounds=3 applies only with dynamic_sampling=true"),
+    (["mode=grpo", "rule=random"], "rule=random applies only with mode=pods (the others train every rollout), not with "
+                                   "mode=grpo"),
+    (["mode=grpo-ga", "rule=percentile"], "rule=percentile applies only with mode=pods"),
+    (["mode=grpo", "n=8", "m=2"], "m=2 applies only with mode=pods or grpo-ga (grpo trains all n: leave m out, or give "
+                                  "m=n), not with mode=grpo"),
+    (["task.path=problems.jsonl"], "task.path=problems.jsonl applies only with task.name=gsm8k or math500, not with "
+                                   "task.name=arithmetic"),
+    (["task.name=gsm8k", "task.path=data", "task.train_path=train.jsonl"],
+     "task.train_path=train.jsonl applies only with task.name=math500, not with task.name=gsm8k"),
+    (["task.name=gym", "task.dataset=chain_sum", "task.digits=2"],
+     "task.digits=2 applies only with task.name=arithmetic, not with task.name=gym"),
+    (["task.name=math500", "task.path=data", "task.operations=*"], "task.operations=* applies only with task.name=arithmetic"),
+])
+@pytest.mark.parametrize("command", ["config", "train"])
+def test_settings_that_cannot_apply_are_refused_naming_what_they_need(capsys, tmp_path, overrides, message, command):
+    code, err = cli(capsys, command, *overrides, f"output_dir={tmp_path / 'out'}")
+    assert_one_error(code, err, message)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["mode=grpo", "n=2"],  # m keeps its default (4): not given, so not refused (nor checked against n)
+    ["mode=grpo", "n=8", "m=8"],  # GRPO is PODS with m = n
+    ["mode=grpo", "rule=max_variance", "model.lora_alpha=16"],  # the defaults, written out
+    ["mode=grpo-ga", "n=8", "m=2"],  # grpo-ga's micro-batches
+    ["model.lora_r=8", "model.lora_alpha=32", "model.lora_dropout=0.1"],
+    ["rollout.engine=vllm", "rollout.kv_cache_mb=64", "rollout.sleep=true"],
+    ["task.name=math500", "task.path=data", "task.train_path=train.jsonl"],
+    ["adaptive_n=true", "adaptive_round=2", "prompt_filter=history", "prompt_filter_target=0.5"],
+])
+def test_settings_that_apply_are_taken(overrides):
+    load_config(None, overrides)
+
+
+def test_compare_checks_a_methods_settings_against_the_shared_ones():
+    """The shared config's m and rule are meant for the methods that use them: a GRPO run made from
+    it (n = m) is not refused for them; a method's own setting that cannot apply is."""
+    shared = ["n=16", "m=4", "rule=random"]
+    base = load_config(None, shared)
+    load_config(None, [*shared, "mode=grpo", "n=4"], baseline=base)
+    load_config(None, [*shared, "mode=grpo-ga"], baseline=base)
+    with pytest.raises(PodsError, match="rule=percentile applies only with mode=pods"):
+        load_config(None, [*shared, "mode=grpo-ga", "rule=percentile"], baseline=base)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("n=8", "n is a training setting; podsrl eval takes model.name_or_path"),
+    ("output_dir=runs/x", "output_dir is a training setting"),
+    ("model.lora_r=8", "model.lora_r is a training setting"),
+    ("rewards=[format]", "rewards is a training setting"),
+    ("rollout.temperature=0.7", "podsrl eval generates at eval_temperature (0: greedy), not rollout.temperature"),
+])
+def test_training_settings_given_to_eval_are_refused(capsys, override, message):
+    code, err = cli(capsys, "eval", override)
+    assert_one_error(code, err, message)
+
+
+def test_eval_takes_its_own_settings():
+    from podsrl.config import check_eval_overrides
+
+    check_eval_overrides(["model.name_or_path=x", "model.dtype=bfloat16", "task.name=gsm8k", "task.config.max_terms=3",
+                          "rollout.max_new_tokens=8", "rollout.engine=vllm", "eval_temperature=0.5", "log_completions=3",
+                          "progress=false", "seed=3", "threads=1", "task={name: gym}"])
 
 
 def test_a_memory_cap_without_reward_workers_is_refused(capsys):

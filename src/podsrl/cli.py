@@ -56,12 +56,18 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     from podsrl import models
-    from podsrl.config import load_config
+    from podsrl.config import check_eval_overrides, load_config
     from podsrl.evaluate import evaluate
     from podsrl.rollout import make_engine
     from podsrl.tasks import task_from_config
 
-    c = load_config(*_split(args))
+    path, overrides = _split(args)
+    c = load_config(path, overrides)
+    check_eval_overrides(overrides)
+    if c.threads:
+        import torch
+
+        torch.set_num_threads(c.threads)
     task = task_from_config(c.task, c.seed)
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)

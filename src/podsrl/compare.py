@@ -111,7 +111,7 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
             *overrides, *methods[method], f"seed={seed}", f"output_dir={run_dir}", "steps=1000000",
             f"time_budget_s={budget_s}", f"eval_every_s={eval_every_s}", f"save_every={10**9}",
             f"allow_config_change={allow_config_change}",
-        ])
+        ], baseline=base)  # a setting of the shared config is checked there, for the methods that use it
         ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
         done[method, seed] = read_state(ckpt)["train_seconds"] if ckpt is not None else finished_seconds(run_dir)
         finished = done[method, seed] is not None and done[method, seed] >= budget_s
