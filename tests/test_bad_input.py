@@ -652,6 +652,20 @@ def test_a_reward_module_that_fails_to_import(capsys, tmp_path, monkeypatch, sou
     assert_one_error(code, err, message)
 
 
+@pytest.mark.parametrize("name", ["r_lambda:fn", "r_closure:fn"])
+def test_a_reward_the_workers_cannot_receive_is_refused_up_front(capsys, tmp_path, monkeypatch, name):
+    """A lambda or a nested function passed validation and stopped the run at its first step with a
+    PicklingError: a reward worker receives a function by its importable name."""
+    (tmp_path / "r_lambda.py").write_text("fn = lambda completions, **_: [1.0] * len(completions)\n")
+    (tmp_path / "r_closure.py").write_text(
+        "def make():\n    def fn(completions, **_):\n        return [1.0] * len(completions)\n    return fn\n\nfn = make()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err = cli(capsys, "config", f"rewards=['{name}']")
+    assert_one_error(code, err, f"reward '{name}' cannot be sent to the reward workers (")
+    assert "rewards must be module-level functions, or reward_workers=0 scores in the training process" in err
+    assert cli(capsys, "config", f"rewards=['{name}']", "reward_workers=0")[0] == 0
+
+
 def test_any_seed_seeds_torch():
     """A seed past about 1.8e7 made step seeds torch refuses, after the model loaded and a step ran."""
     import torch

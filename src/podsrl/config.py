@@ -420,9 +420,12 @@ def validate(c: Config, baseline: Config | None = None) -> None:
     twice = [name for i, name in enumerate(c.rewards) if name in c.rewards[:i]]
     need(not twice, f"rewards names {twice[0]!r} twice; name it once, with the sum of its weights" if twice else "")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
-    for name in c.rewards:
-        load_reward(name)  # a registered name, or an importable module:function
     need(c.reward_workers is None or c.reward_workers >= 0, "reward_workers must be >= 0")
+    for name in c.rewards:
+        fn = load_reward(name)  # a registered name, or an importable module:function
+        unsent = c.reward_workers != 0 and _unpicklable(fn)
+        need(not unsent, f"reward {name!r} cannot be sent to the reward workers ({unsent}): rewards must be "
+                         "module-level functions, or reward_workers=0 scores in the training process")
     need(c.reward_timeout_s > 0, "reward_timeout_s must be > 0")
     need(c.threads is None or c.threads >= 1, f"threads must be >= 1, got {c.threads}")
     need(c.reward_wall_timeout_s >= c.reward_timeout_s, "reward_wall_timeout_s must be >= reward_timeout_s")
@@ -519,6 +522,18 @@ def check_eval_overrides(overrides: list[str]) -> None:
             raise PodsError(f"{key} is a training setting; podsrl eval takes model.name_or_path, model.dtype, "
                             "model.trust_remote_code, model.load_in_4bit, task.*, rollout.*, eval_temperature, "
                             "log_completions, progress, seed and threads")
+
+
+def _unpicklable(fn) -> str:
+    """Why ``fn`` cannot be pickled ("" where it can): a reward worker receives a function by its
+    importable name, which a lambda or a nested function lacks."""
+    import pickle
+
+    try:
+        pickle.dumps(fn)
+    except Exception as e:  # noqa: BLE001 (PicklingError, or whatever an object's state raises)
+        return first_line(e)
+    return ""
 
 
 MAX_DIGITS = 1000
