@@ -311,16 +311,18 @@ def test_ctrl_c_before_the_first_step_finished(tmp_path, tiny_overrides):
     assert not run.exists()  # nothing trained yet: the run removed the folder it made
 
 
-def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, tiny_overrides, capsys):
+@pytest.mark.parametrize("sent,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, tiny_overrides, capsys, sent, code, said):
+    """Ctrl-C, and SIGTERM alike (which had no handler: no line, and exit -15)."""
     run = tmp_path / "run"
     proc = start(*long_run(tiny_overrides, run), cwd=tmp_path)
     wait_for_step(proc, run, 2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sent)
     _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert proc.returncode == code and "Traceback" not in err, err
     steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps[:3] == [0, 1, 2] and steps == list(range(len(steps)))
-    assert err.strip().splitlines()[-1] == (f"podsrl: interrupted; {run} keeps the metrics of steps 1-{steps[-1]} and no "
+    assert err.strip().splitlines()[-1] == (f"podsrl: {said}; {run} keeps the metrics of steps 1-{steps[-1]} and no "
                                             "checkpoint (save_every saves one): a rerun starts it again")
     assert (run / rundir.LOCK).exists() and not (run / "checkpoints").exists()
     assert main(last_wins([*long_run(tiny_overrides, run), "steps=1"])) == 0, capsys.readouterr().err  # starts again
@@ -358,6 +360,23 @@ def test_sigkill_before_the_first_checkpoint_then_rerun(tmp_path, tiny_overrides
         assert code == 0, capsys.readouterr().err
         assert [json.loads(l)["step"] for l in (folder / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
         assert (folder / "checkpoints" / "step-000002").is_dir() and not (folder / rundir.LOCK).exists()
+
+
+def test_under_a_launcher_the_main_process_says_the_bad_input(capsys, monkeypatch):
+    """Every process of a launch meets the same bad input: the main one (RANK 0) says it at once;
+    another says it only if the launcher has not ended it after a moment (it alone met it)."""
+    import podsrl.cli
+
+    monkeypatch.setattr(podsrl.cli, "OTHER_PROCESS_WAIT_S", 0.01)
+    for rank in ("0", "1"):  # the main process; another that alone met it
+        monkeypatch.setenv("RANK", rank)
+        assert_one_error(*cli(capsys, "config", "n=1"), "n must be >= 2, got 1")
+
+    def ended_by_the_launcher(seconds):
+        raise podsrl.errors.Terminated()
+
+    monkeypatch.setattr(podsrl.cli.time, "sleep", ended_by_the_launcher)
+    assert cli(capsys, "config", "n=1") == (2, "")
 
 
 def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, capsys):
