@@ -312,8 +312,10 @@ def test_ctrl_c_before_the_first_step_finished(tmp_path, tiny_overrides):
 
 
 @pytest.mark.parametrize("sent,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
-def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, tiny_overrides, capsys, sent, code, said):
-    """Ctrl-C, and SIGTERM alike (which had no handler: no line, and exit -15)."""
+def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, tiny_overrides, capsys, caplog, sent, code,
+                                                                     said):
+    """Ctrl-C, and SIGTERM alike (which had no handler: no line, and exit -15). A rerun trains the
+    run again from step 0, saying so, its metrics replaced (not mixed with the earlier run's)."""
     run = tmp_path / "run"
     proc = start(*long_run(tiny_overrides, run), cwd=tmp_path)
     wait_for_step(proc, run, 2)
@@ -326,6 +328,9 @@ def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, t
                                             "checkpoint (save_every saves one): a rerun starts it again")
     assert (run / rundir.LOCK).exists() and not (run / "checkpoints").exists()
     assert main(last_wins([*long_run(tiny_overrides, run), "steps=1"])) == 0, capsys.readouterr().err  # starts again
+    assert (f"output_dir {run} holds an unfinished run that stopped after step {steps[-1]} without a checkpoint: "
+            "training it again from step 0 (its metrics replaced)") in caplog.text
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
 
 
 def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrides, capsys):

@@ -166,6 +166,27 @@ def test_a_finished_comparison_is_not_reused_under_another_config(tiny_model_dir
     assert forced["methods"]["pods"]["per_seed"][0]["steps"] == summary["methods"]["pods"]["per_seed"][0]["steps"]
 
 
+def test_a_rerun_trains_an_interrupted_run_again_saying_so(tiny_model_dir, tmp_path, capsys):
+    """A compare run checkpoints only at its end: one interrupted after a step keeps its metrics and
+    no checkpoint, and a rerun trains it again from step 0, its metrics replaced, and says so."""
+    from podsrl import rundir
+    from podsrl.compare import run_all
+
+    args, out = tiny_compare_args(tiny_model_dir), tmp_path / "cmp"
+    run_all(None, args, ["grpo"], 1, 0.001, out, 0.2)
+    run = out / "grpo" / "seed-0"
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    step_1 = {k: v for k, v in json.loads(rows[1]).items() if not k.startswith("eval_")}
+    (run / "metrics.jsonl").write_text(f"{rows[0]}\n{json.dumps(step_1)}\n")  # stopped after step 1, before its evaluation
+    (run / rundir.LOCK).touch()
+    capsys.readouterr()
+    run_all(None, args, ["grpo"], 1, 0.001, out, 0.2)
+    assert ("[1/1] grpo seed 0: its earlier run stopped after step 1 without a checkpoint: training it again from "
+            "step 0 (its metrics replaced)") in capsys.readouterr().out
+    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps.count(0) == 1 and steps == sorted(steps)  # the new run's alone
+
+
 def test_finished_runs_keep_metrics_only_unless_asked(tiny_model_dir, tmp_path):
     from podsrl.compare import run_all
 

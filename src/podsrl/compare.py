@@ -89,7 +89,7 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
             budget_minutes: float, out: Path, eval_every_s: float, keep: str = "metrics",
             allow_config_change: bool = False) -> dict:
     from podsrl.checkpoint import latest_checkpoint, read_state
-    from podsrl.rundir import check_same_config, discard_unfinished
+    from podsrl.rundir import check_same_config, discard_unfinished, finished_steps
     from podsrl.trainer import train
 
     try:
@@ -126,6 +126,9 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
         if run_dir.is_dir() and latest_checkpoint(run_dir) is not None:
             c.resume = True
         elif run_dir.exists():  # a run without a checkpoint (interrupted, pruned, or results alone) starts again
+            if kept := finished_steps(run_dir):
+                print(f"[{i}/{len(plan)}] {method} seed {seed}: its earlier run stopped after step {kept} without a "
+                      "checkpoint: training it again from step 0 (its metrics replaced)", flush=True)
             discard_unfinished(run_dir)
         print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {budget_s:.0f}s", flush=True)
         train(c)

@@ -20,7 +20,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from podsrl.checkpoint import latest_checkpoint
+from podsrl.checkpoint import latest_checkpoint, read_metrics
 from podsrl.errors import PodsError, first_line
 
 log = logging.getLogger(__name__)
@@ -186,11 +186,24 @@ def _start(path: Path, resume: bool, marked: bool) -> Path | None:
         example = sorted(foreign)[0] if foreign else sorted(p.name for p in entries)[0]
         raise PodsError(f"output_dir {path} is not empty (it holds {example}); choose another output_dir")
     if entries:
-        log.info("output_dir %s holds an unfinished run without a checkpoint: starting it afresh", path)
+        done, what = finished_steps(path), "resume=true, but output_dir" if resume else "output_dir"
+        if done:
+            log.warning("%s %s holds an unfinished run that stopped after step %d without a checkpoint: training it "
+                        "again from step 0 (its metrics replaced)", what, path, done)
+        else:
+            log.info("%s %s holds an unfinished run without a checkpoint: starting it afresh", what, path)
         _clear(path, keep_lock=True)
     elif resume:
         log.info("resume=true but %s holds no checkpoint: starting at step 0", path)
     return None
+
+
+def finished_steps(path: Path) -> int:
+    """The last step whose metrics a run folder holds (0: none, or no readable metrics)."""
+    try:
+        return max((r["step"] for r in read_metrics(path / "metrics.jsonl")), default=0)
+    except PodsError:
+        return 0
 
 
 def recorded_config(path: Path) -> dict | None:
