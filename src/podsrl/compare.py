@@ -18,7 +18,7 @@ import shutil
 import statistics
 from pathlib import Path
 
-from podsrl.checkpoint import read_metrics
+from podsrl.checkpoint import read_metrics, write_atomic
 from podsrl.config import load_config
 from podsrl.errors import PodsError, first_line
 from podsrl.sampling import COUNTS
@@ -88,9 +88,7 @@ def speedup(grpo_time: float | None, time: float | None) -> float | None:
 def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
             budget_minutes: float, out: Path, eval_every_s: float, keep: str = "metrics",
             allow_config_change: bool = False) -> dict:
-    from podsrl.checkpoint import latest_checkpoint, read_state
-    from podsrl.rundir import check_same_config, discard_unfinished, finished_steps
-    from podsrl.trainer import train
+    from podsrl.rundir import comparison_lock
 
     try:
         if out.exists() and not out.is_dir():
@@ -104,20 +102,46 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     _refuse_settings_of_compare(config_path, overrides, methods)
     budget_s = budget_minutes * 60
     plan = [(m, s) for s in range(seeds) for m in methods]  # seed-major: early results cover every method
-    configs, done = {}, {}
-    for method, seed in plan:  # every run's config validated, and checked against its folder, before any trains
-        run_dir = out / method / f"seed-{seed}"
-        c = configs[method, seed] = load_config(config_path, [
-            *overrides, *methods[method], f"seed={seed}", f"output_dir={run_dir}", "steps=1000000",
-            f"time_budget_s={budget_s}", f"eval_every_s={eval_every_s}", f"save_every={10**9}",
+    configs = {}
+    for method, seed in plan:  # every run's config validated before any trains
+        configs[method, seed] = load_config(config_path, [
+            *overrides, *methods[method], f"seed={seed}", f"output_dir={out / method / f'seed-{seed}'}",
+            "steps=1000000", f"time_budget_s={budget_s}", f"eval_every_s={eval_every_s}", f"save_every={10**9}",
             f"allow_config_change={allow_config_change}",
         ], baseline=base)  # a setting of the shared config is checked there, for the methods that use it
+    with comparison_lock(out):  # one comparison at a time writes into out
+        done = _check_folders(out, plan, configs, budget_s)
+        _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s)
+        _train_plan(out, plan, configs, done, budget_s, keep)
+        summary = summarise(out, list(_recorded_methods(out) or methods), seeds)
+        write_reports(out, summary)
+    return summary
+
+
+def _check_folders(out: Path, plan: list, configs: dict, budget_s: float) -> dict:
+    """The training clock each run of ``plan`` has done (None: none); a run to be resumed or
+    reused is checked against the config its folder records, before any trains."""
+    from podsrl.checkpoint import latest_checkpoint, read_state
+    from podsrl.rundir import check_same_config
+
+    done = {}
+    for method, seed in plan:
+        run_dir = out / method / f"seed-{seed}"
         ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
         done[method, seed] = read_state(ckpt)["train_seconds"] if ckpt is not None else finished_seconds(run_dir)
         finished = done[method, seed] is not None and done[method, seed] >= budget_s
         if ckpt is not None or finished:  # to be resumed or reused as it is
-            check_same_config(run_dir, c, f"podsrl compare would reuse {method} seed {seed} in", shorter=False)
-    _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s)
+            check_same_config(run_dir, configs[method, seed], f"podsrl compare would reuse {method} seed {seed} in",
+                              shorter=False)
+    return done
+
+
+def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget_s: float, keep: str) -> None:
+    """Train each run of ``plan`` that is not done: resumed from its checkpoint, or from step 0."""
+    from podsrl.checkpoint import latest_checkpoint
+    from podsrl.rundir import discard_unfinished, finished_steps
+    from podsrl.trainer import train
+
     for i, (method, seed) in enumerate(plan, 1):
         c, run_dir = configs[method, seed], out / method / f"seed-{seed}"
         if done[method, seed] is not None and done[method, seed] >= budget_s:
@@ -133,9 +157,6 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
         print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {budget_s:.0f}s", flush=True)
         train(c)
         prune(run_dir, keep)
-    summary = summarise(out, list(_recorded_methods(out) or methods), seeds)
-    write_reports(out, summary)
-    return summary
 
 
 def _refuse_settings_of_compare(config_path: str | None, overrides: list[str], methods: dict[str, list[str]]) -> None:
@@ -175,7 +196,7 @@ def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget
     record = {"config": config_path, "overrides": list(overrides),
               "methods": {**recorded.get("methods", {}), **methods},
               "seeds": max(seeds, recorded.get("seeds", 0)), "budget_minutes": budget_minutes, "eval_every_s": eval_every_s}
-    (out / RECORD).write_text(yaml.safe_dump(record, sort_keys=False))
+    write_atomic(out / RECORD, yaml.safe_dump(record, sort_keys=False))
 
 
 def _read_record(out: Path) -> dict:
@@ -380,8 +401,10 @@ def sampler_statistics(steps: list[dict]) -> dict:
 
 
 def write_reports(out: Path, summary: dict) -> None:
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "summary.md").write_text(markdown_table(summary))
+    """summary.json, summary.md and the plots, each replaced whole (a write cut short leaves the
+    previous one)."""
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(out / "summary.md", markdown_table(summary))
     plot(out, summary)
 
 
@@ -441,7 +464,8 @@ def plot(out: Path, summary: dict) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / name, dpi=120)
+        fig.savefig(out / f".{name}.tmp", dpi=120, format="png")
+        os.replace(out / f".{name}.tmp", out / name)
         plt.close(fig)
 
 

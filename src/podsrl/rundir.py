@@ -26,6 +26,8 @@ from podsrl.errors import PodsError, first_line
 log = logging.getLogger(__name__)
 
 LOCK = ".podsrl.lock"
+COMPARE_LOCK = ".podsrl-compare.lock"
+"""``podsrl compare``'s lock on its --out folder: one comparison at a time writes there."""
 TRACKER_FOLDER = "podsrl"
 """accelerate's trackers log under ``<output_dir>/<project name>/``; the trainer names the project this."""
 OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "completions.jsonl",
@@ -144,9 +146,25 @@ def discard_unfinished(path: Path) -> None:
         os.close(fd)
 
 
-def _lock(path: Path) -> tuple[int, bool]:
-    """An fd holding the lock on ``path``, and whether the lock file was there before."""
-    lock = path / LOCK
+@contextmanager
+def comparison_lock(out: Path):
+    """Hold ``out`` for one ``podsrl compare``: another one into it is refused at once."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PodsError(f"cannot write --out {out}: {e.strerror or e}") from None
+    fd, _ = _lock(out, COMPARE_LOCK, "--out {path} is in use by another podsrl compare")
+    try:
+        yield
+    finally:
+        (out / COMPARE_LOCK).unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _lock(path: Path, name: str = LOCK, busy: str = "output_dir {path} is in use by another run") -> tuple[int, bool]:
+    """An fd holding the lock file ``name`` in ``path``, and whether the file was there before;
+    ``busy`` says who holds it."""
+    lock = path / name
     while True:
         try:
             fd, existed = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), False
@@ -157,7 +175,7 @@ def _lock(path: Path) -> tuple[int, bool]:
         except BlockingIOError:
             pid = os.read(fd, 32).decode(errors="replace").strip()
             os.close(fd)
-            raise PodsError(f"output_dir {path} is in use by another run" + (f" (pid {pid})" if pid else "")) from None
+            raise PodsError(busy.format(path=path) + (f" (pid {pid})" if pid else "")) from None
         try:  # the holder may have removed the file before we locked it: lock the one now there
             same = os.stat(lock).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
