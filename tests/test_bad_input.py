@@ -455,6 +455,23 @@ def test_task_fields_of_the_wrong_type(capsys, tmp_path, tiny_overrides, row, me
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("task,answer,message", [
+    ("gsm8k", "#### ", "problem 2: gold answer '' cannot be matched (it is empty)"),
+    ("gsm8k", "#### nan", "problem 2: gold answer 'nan' cannot be matched (it is not a finite number)"),
+    ("math500", float("nan"), "problem 2: gold answer 'nan' cannot be matched (it is not a finite number)"),
+    ("math500", "1e400", "problem 2: gold answer '1e400' cannot be matched (it is not a finite number)"),
+    ("math500", "", "problem 2: gold answer '' cannot be matched (it is empty)"),
+])
+def test_a_gold_answer_that_cannot_be_matched_is_refused(capsys, tmp_path, task, answer, message):
+    """Junk gold answers were taken: "The answer is nan" scored 1 against a gold NaN."""
+    question = "question" if task == "gsm8k" else "problem"
+    good = {question: "2 + 2 =", "answer": "#### 4" if task == "gsm8k" else "4"}
+    path = tmp_path / "test.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({question: "1 + 1 =", "answer": answer}) + "\n")
+    code, err = cli(capsys, "eval", f"task.name={task}", f"task.path={path}", "task.test_size=0")
+    assert_one_error(code, err, f"{path}: {message}")
+
+
 @pytest.mark.parametrize("workers", ["reward_workers=0", "reward_workers=1"])
 def test_a_reward_that_calls_sys_exit_is_a_failing_reward(capsys, tmp_path, tiny_overrides, workers):
     code, err = cli(capsys, "train", *tiny_overrides, "rewards=[rewards_for_tests:exits]", workers)
