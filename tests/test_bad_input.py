@@ -733,6 +733,7 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
         (lambda c: (c / "trainer_state.json").write_text("[]"), "is damaged: trainer_state.json lacks its step"),
         (lambda c: (c / "optimizer.pt").unlink(), "is damaged: it lacks optimizer.pt"),
         (lambda c: shutil.rmtree(c / "model"), "is damaged: it lacks model"),
+        (lambda c: (c / "model" / "model.safetensors").unlink(), "is damaged: it holds no weights (*.safetensors)"),
         (lambda c: (c / "optimizer.pt").write_bytes((c / "optimizer.pt").read_bytes()[:100]), "is damaged: cannot read optimizer.pt"),
         (lambda c: (c / "model" / "model.safetensors").write_bytes((c / "model" / "model.safetensors").read_bytes()[:1000]),
          "is damaged"),
