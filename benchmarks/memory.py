@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 VARIANTS = {  # name -> overrides
-    "grpo (all n at once)": ["mode=grpo"],
+    "grpo (all n at once)": ["mode=grpo", "m={n}"],  # GRPO trains all n: m = n
     "grpo-ga (n, micro-batches of m)": ["mode=grpo-ga"],
     "pods (m of n)": ["mode=pods"],
 }
@@ -73,7 +73,8 @@ def main() -> None:
     print(f"{'variant':<34} {'trained':>8} {'micro':>6} {'update MB':>10} {'peak RSS MB':>12} {'seconds':>8}")
     results = {}
     for name, extra in VARIANTS.items():
-        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(common + extra)], capture_output=True, text=True)
+        given = common + [o.format(n=args.n) for o in extra]  # the variant's m last: it wins
+        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(given)], capture_output=True, text=True)
         if out.returncode != 0:  # out of memory, bad overrides, ...: say why, and go on
             lines = [l for l in out.stderr.strip().splitlines() if l.strip()]
             why = lines[-1] if lines else f"exit code {out.returncode}" + (" (killed: out of memory?)" if out.returncode < 0 else "")

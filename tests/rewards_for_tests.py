@@ -163,6 +163,29 @@ def always_crashes(completions, **_):
     os._exit(1)
 
 
+def spawns(completions, pid_file, **_):
+    """Starts a child that would live 300 s (``sleep``, or a fork on "fork"), appends its pid to
+    the file ``pid_file[0]``; then on "hang" waits for it, on "spin" computes; 1.0 otherwise."""
+    import os
+    import subprocess
+    import time
+
+    if "fork" in completions[0]:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(300)
+            os._exit(0)
+    else:
+        pid = subprocess.Popen(["sleep", "300"]).pid
+    with open(pid_file[0], "a") as f:
+        f.write(f"{pid}\n")
+    if "hang" in completions[0]:
+        time.sleep(300)
+    while "spin" in completions[0]:
+        pass
+    return [1.0] * len(completions)
+
+
 # the ranges declared for adaptive_n (podsrl.rewards.bounded)
 for _fn in (varied, gated, text_length, varied_on_rank_zero, constant_on_even):
     _fn.bounds = (0.0, 1.0)

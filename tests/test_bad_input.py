@@ -106,8 +106,8 @@ def test_copies_of_a_gguf_share_one_conversion(tmp_path, monkeypatch):
 ])
 def test_bad_gguf(capsys, gguf_files, command, name, message):
     path = gguf_files / name
-    code, err = cli(capsys, command, f"model.name_or_path={path}", f"output_dir={gguf_files / 'out' / 'run'}",
-                    "task.test_size=2")
+    run = [f"output_dir={gguf_files / 'out' / 'run'}"] if command == "train" else []
+    code, err = cli(capsys, command, f"model.name_or_path={path}", *run, "task.test_size=2")
     assert_one_error(code, err, message + str(path))
     assert not (gguf_files / "out").exists()  # nor the parent folder the run made
     assert not list((gguf_files / "cache").rglob("*"))  # no half-written conversion
@@ -311,19 +311,26 @@ def test_ctrl_c_before_the_first_step_finished(tmp_path, tiny_overrides):
     assert not run.exists()  # nothing trained yet: the run removed the folder it made
 
 
-def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, tiny_overrides, capsys):
+@pytest.mark.parametrize("sent,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, tiny_overrides, capsys, caplog, sent, code,
+                                                                     said):
+    """Ctrl-C, and SIGTERM alike (which had no handler: no line, and exit -15). A rerun trains the
+    run again from step 0, saying so, its metrics replaced (not mixed with the earlier run's)."""
     run = tmp_path / "run"
     proc = start(*long_run(tiny_overrides, run), cwd=tmp_path)
     wait_for_step(proc, run, 2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sent)
     _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert proc.returncode == code and "Traceback" not in err, err
     steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps[:3] == [0, 1, 2] and steps == list(range(len(steps)))
-    assert err.strip().splitlines()[-1] == (f"podsrl: interrupted; {run} keeps the metrics of steps 1-{steps[-1]} and no "
+    assert err.strip().splitlines()[-1] == (f"podsrl: {said}; {run} keeps the metrics of steps 1-{steps[-1]} and no "
                                             "checkpoint (save_every saves one): a rerun starts it again")
     assert (run / rundir.LOCK).exists() and not (run / "checkpoints").exists()
     assert main(last_wins([*long_run(tiny_overrides, run), "steps=1"])) == 0, capsys.readouterr().err  # starts again
+    assert (f"output_dir {run} holds an unfinished run that stopped after step {steps[-1]} without a checkpoint: "
+            "training it again from step 0 (its metrics replaced)") in caplog.text
+    assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
 
 
 def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrides, capsys):
@@ -358,6 +365,23 @@ def test_sigkill_before_the_first_checkpoint_then_rerun(tmp_path, tiny_overrides
         assert code == 0, capsys.readouterr().err
         assert [json.loads(l)["step"] for l in (folder / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
         assert (folder / "checkpoints" / "step-000002").is_dir() and not (folder / rundir.LOCK).exists()
+
+
+def test_under_a_launcher_the_main_process_says_the_bad_input(capsys, monkeypatch):
+    """Every process of a launch meets the same bad input: the main one (RANK 0) says it at once;
+    another says it only if the launcher has not ended it after a moment (it alone met it)."""
+    import podsrl.cli
+
+    monkeypatch.setattr(podsrl.cli, "OTHER_PROCESS_WAIT_S", 0.01)
+    for rank in ("0", "1"):  # the main process; another that alone met it
+        monkeypatch.setenv("RANK", rank)
+        assert_one_error(*cli(capsys, "config", "n=1"), "n must be >= 2, got 1")
+
+    def ended_by_the_launcher(seconds):
+        raise podsrl.errors.Terminated()
+
+    monkeypatch.setattr(podsrl.cli.time, "sleep", ended_by_the_launcher)
+    assert cli(capsys, "config", "n=1") == (2, "")
 
 
 def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, capsys):
@@ -425,9 +449,27 @@ def test_task_fields_of_the_wrong_type(capsys, tmp_path, tiny_overrides, row, me
     good = {"question": "2 + 2 =", "answer": "#### 4"}
     for split in ("train", "test"):
         (data / f"{split}.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
-    code, err = cli(capsys, command, *tiny_overrides, "task.name=gsm8k", f"task.path={data}")
+    given = tiny_overrides if command == "train" else [o for o in tiny_overrides if o.startswith(("model.", "task."))]
+    code, err = cli(capsys, command, *given, "task.name=gsm8k", f"task.path={data}")
     assert_one_error(code, err, message)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("task,answer,message", [
+    ("gsm8k", "#### ", "problem 2: gold answer '' cannot be matched (it is empty)"),
+    ("gsm8k", "#### nan", "problem 2: gold answer 'nan' cannot be matched (it is not a finite number)"),
+    ("math500", float("nan"), "problem 2: gold answer 'nan' cannot be matched (it is not a finite number)"),
+    ("math500", "1e400", "problem 2: gold answer '1e400' cannot be matched (it is not a finite number)"),
+    ("math500", "", "problem 2: gold answer '' cannot be matched (it is empty)"),
+])
+def test_a_gold_answer_that_cannot_be_matched_is_refused(capsys, tmp_path, task, answer, message):
+    """Junk gold answers were taken: "The answer is nan" scored 1 against a gold NaN."""
+    question = "question" if task == "gsm8k" else "problem"
+    good = {question: "2 + 2 =", "answer": "#### 4" if task == "gsm8k" else "4"}
+    path = tmp_path / "test.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({question: "1 + 1 =", "answer": answer}) + "\n")
+    code, err = cli(capsys, "eval", f"task.name={task}", f"task.path={path}", "task.test_size=0")
+    assert_one_error(code, err, f"{path}: {message}")
 
 
 @pytest.mark.parametrize("workers", ["reward_workers=0", "reward_workers=1"])
@@ -500,7 +542,7 @@ def test_resume_under_changed_settings_is_refused_naming_them(capsys, tmp_path, 
     for extra, message in [
         (["n=8", "m=4"], "n: 4 -> 8; m: 2 -> 4"),
         (["lr=0.01"], "lr: 0.001 -> 0.01"),
-        (["mode=grpo"], "mode: 'pods' -> 'grpo'"),
+        (["mode=grpo", "m=4"], "mode: 'pods' -> 'grpo'; m: 2 -> 4"),
         (["task.digits=2", "prompts_per_step=4"], "prompts_per_step: 2 -> 4; task.digits: 1 -> 2"),
         (["model.lora_r=4"], "model.lora_r: 0 -> 4"),
     ]:
@@ -651,6 +693,20 @@ def test_a_reward_module_that_fails_to_import(capsys, tmp_path, monkeypatch, sou
     assert_one_error(code, err, message)
 
 
+@pytest.mark.parametrize("name", ["r_lambda:fn", "r_closure:fn"])
+def test_a_reward_the_workers_cannot_receive_is_refused_up_front(capsys, tmp_path, monkeypatch, name):
+    """A lambda or a nested function passed validation and stopped the run at its first step with a
+    PicklingError: a reward worker receives a function by its importable name."""
+    (tmp_path / "r_lambda.py").write_text("fn = lambda completions, **_: [1.0] * len(completions)\n")
+    (tmp_path / "r_closure.py").write_text(
+        "def make():\n    def fn(completions, **_):\n        return [1.0] * len(completions)\n    return fn\n\nfn = make()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, err = cli(capsys, "config", f"rewards=['{name}']")
+    assert_one_error(code, err, f"reward '{name}' cannot be sent to the reward workers (")
+    assert "rewards must be module-level functions, or reward_workers=0 scores in the training process" in err
+    assert cli(capsys, "config", f"rewards=['{name}']", "reward_workers=0")[0] == 0
+
+
 def test_any_seed_seeds_torch():
     """A seed past about 1.8e7 made step seeds torch refuses, after the model loaded and a step ran."""
     import torch
@@ -677,6 +733,7 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
         (lambda c: (c / "trainer_state.json").write_text("[]"), "is damaged: trainer_state.json lacks its step"),
         (lambda c: (c / "optimizer.pt").unlink(), "is damaged: it lacks optimizer.pt"),
         (lambda c: shutil.rmtree(c / "model"), "is damaged: it lacks model"),
+        (lambda c: (c / "model" / "model.safetensors").unlink(), "is damaged: it holds no weights (*.safetensors)"),
         (lambda c: (c / "optimizer.pt").write_bytes((c / "optimizer.pt").read_bytes()[:100]), "is damaged: cannot read optimizer.pt"),
         (lambda c: (c / "model" / "model.safetensors").write_bytes((c / "model" / "model.safetensors").read_bytes()[:1000]),
          "is damaged"),
@@ -688,6 +745,82 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
         code, err = cli(capsys, "train", *tiny_overrides, "steps=3", "resume=true", "save_optimizer=true",
                         f"output_dir={copy}")
         assert_one_error(code, err, message)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["rollout.sleep=true"], "rollout.sleep=true applies only with rollout.engine=vllm, not with rollout.engine=hf"),
+    (["rollout.kv_cache_mb=64"], "rollout.kv_cache_mb=64 applies only with rollout.engine=vllm"),
+    (["rollout.engine=vllm", "rollout.decoder=loop"],
+     "rollout.decoder=loop applies only with rollout.engine=hf, not with rollout.engine=vllm"),
+    (["model.lora_alpha=32"], "model.lora_alpha=32 applies only with LoRA (model.lora_r > 0), not with model.lora_r=0"),
+    (["model.lora_target_modules=[q_proj]"], "model.lora_target_modules=['q_proj'] applies only with LoRA"),
+    (["adaptive_round=2"], "adaptive_round=2 applies only with adaptive_n=true, not with adaptive_n=false"),
+    (["prompt_filter_target=0.5"], "prompt_filter_target=0.5 applies only with prompt_filter=history, not with "
+                                   "prompt_filter=none"),
+    (["dynamic_sampling_rounds=3"], "dynamic_sampling_rounds=3 applies only with dynamic_sampling=true"),
+    (["mode=grpo", "rule=random"], "rule=random applies only with mode=pods (the others train every rollout), not with "
+                                   "mode=grpo"),
+    (["mode=grpo-ga", "rule=percentile"], "rule=percentile applies only with mode=pods"),
+    (["mode=grpo", "n=8", "m=2"], "m=2 applies only with mode=pods or grpo-ga (grpo trains all n: leave m out, or give "
+                                  "m=n), not with mode=grpo"),
+    (["task.path=problems.jsonl"], "task.path=problems.jsonl applies only with task.name=gsm8k or math500, not with "
+                                   "task.name=arithmetic"),
+    (["task.name=gsm8k", "task.path=data", "task.train_path=train.jsonl"],
+     "task.train_path=train.jsonl applies only with task.name=math500, not with task.name=gsm8k"),
+    (["task.name=gym", "task.dataset=chain_sum", "task.digits=2"],
+     "task.digits=2 applies only with task.name=arithmetic, not with task.name=gym"),
+    (["task.name=math500", "task.path=data", "task.operations=*"], "task.operations=* applies only with task.name=arithmetic"),
+])
+@pytest.mark.parametrize("command", ["config", "train"])
+def test_settings_that_cannot_apply_are_refused_naming_what_they_need(capsys, tmp_path, overrides, message, command):
+    code, err = cli(capsys, command, *overrides, f"output_dir={tmp_path / 'out'}")
+    assert_one_error(code, err, message)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["mode=grpo", "n=2"],  # m keeps its default (4): not given, so not refused (nor checked against n)
+    ["mode=grpo", "n=8", "m=8"],  # GRPO is PODS with m = n
+    ["mode=grpo", "rule=max_variance", "model.lora_alpha=16"],  # the defaults, written out
+    ["mode=grpo-ga", "n=8", "m=2"],  # grpo-ga's micro-batches
+    ["model.lora_r=8", "model.lora_alpha=32", "model.lora_dropout=0.1"],
+    ["rollout.engine=vllm", "rollout.kv_cache_mb=64", "rollout.sleep=true"],
+    ["task.name=math500", "task.path=data", "task.train_path=train.jsonl"],
+    ["adaptive_n=true", "adaptive_round=2", "prompt_filter=history", "prompt_filter_target=0.5"],
+])
+def test_settings_that_apply_are_taken(overrides):
+    load_config(None, overrides)
+
+
+def test_compare_checks_a_methods_settings_against_the_shared_ones():
+    """The shared config's m and rule are meant for the methods that use them: a GRPO run made from
+    it (n = m) is not refused for them; a method's own setting that cannot apply is."""
+    shared = ["n=16", "m=4", "rule=random"]
+    base = load_config(None, shared)
+    load_config(None, [*shared, "mode=grpo", "n=4"], baseline=base)
+    load_config(None, [*shared, "mode=grpo-ga"], baseline=base)
+    with pytest.raises(PodsError, match="rule=percentile applies only with mode=pods"):
+        load_config(None, [*shared, "mode=grpo-ga", "rule=percentile"], baseline=base)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("n=8", "n is a training setting; podsrl eval takes model.name_or_path"),
+    ("output_dir=runs/x", "output_dir is a training setting"),
+    ("model.lora_r=8", "model.lora_r is a training setting"),
+    ("rewards=[format]", "rewards is a training setting"),
+    ("rollout.temperature=0.7", "podsrl eval generates at eval_temperature (0: greedy), not rollout.temperature"),
+])
+def test_training_settings_given_to_eval_are_refused(capsys, override, message):
+    code, err = cli(capsys, "eval", override)
+    assert_one_error(code, err, message)
+
+
+def test_eval_takes_its_own_settings():
+    from podsrl.config import check_eval_overrides
+
+    check_eval_overrides(["model.name_or_path=x", "model.dtype=bfloat16", "task.name=gsm8k", "task.config.max_terms=3",
+                          "rollout.max_new_tokens=8", "rollout.engine=vllm", "eval_temperature=0.5", "log_completions=3",
+                          "progress=false", "seed=3", "threads=1", "task={name: gym}"])
 
 
 def test_a_memory_cap_without_reward_workers_is_refused(capsys):

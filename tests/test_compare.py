@@ -2,8 +2,10 @@
 
 import json
 import math
+import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -230,6 +232,66 @@ def test_a_finished_comparison_is_not_reused_under_another_config(tiny_model_dir
     # forced: the recorded runs are taken as they are
     forced = run_all(None, args + ["n=8", "m=4"], ["grpo,pods"], 1, 0.001, out, 0.2, allow_config_change=True)
     assert forced["methods"]["pods"]["per_seed"][0]["steps"] == summary["methods"]["pods"]["per_seed"][0]["steps"]
+
+
+def test_a_rerun_trains_an_interrupted_run_again_saying_so(tiny_model_dir, tmp_path, capsys):
+    """A compare run checkpoints only at its end: one interrupted after a step keeps its metrics and
+    no checkpoint, and a rerun trains it again from step 0, its metrics replaced, and says so."""
+    from podsrl import rundir
+    from podsrl.compare import run_all
+
+    args, out = tiny_compare_args(tiny_model_dir), tmp_path / "cmp"
+    run_all(None, args, ["grpo"], 1, 0.001, out, 0.2)
+    run = out / "grpo" / "seed-0"
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    step_1 = {k: v for k, v in json.loads(rows[1]).items() if not k.startswith("eval_")}
+    (run / "metrics.jsonl").write_text(f"{rows[0]}\n{json.dumps(step_1)}\n")  # stopped after step 1, before its evaluation
+    (run / rundir.LOCK).touch()
+    capsys.readouterr()
+    run_all(None, args, ["grpo"], 1, 0.001, out, 0.2)
+    assert ("[1/1] grpo seed 0: its earlier run stopped after step 1 without a checkpoint: training it again from "
+            "step 0 (its metrics replaced)") in capsys.readouterr().out
+    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps.count(0) == 1 and steps == sorted(steps)  # the new run's alone
+
+
+def test_one_comparison_at_a_time_writes_into_an_out_folder(tiny_model_dir, tmp_path):
+    """Two compares into one --out both went on where their first runs differed (each run's own
+    lock was all there was), writing the same compare.yaml and summary."""
+    from podsrl import rundir
+    from podsrl.compare import run_all
+
+    out = tmp_path / "cmp"
+    with rundir.comparison_lock(out):  # as another podsrl compare holds it
+        with pytest.raises(PodsError, match=rf"^--out {out} is in use by another podsrl compare \(pid {os.getpid()}\)$"):
+            run_all(None, tiny_compare_args(tiny_model_dir), ["pods,grpo"], 1, 0.001, out, 0.2)
+        assert [p.name for p in out.iterdir()] == [rundir.COMPARE_LOCK]  # nothing trained, nothing recorded
+    assert not any(out.iterdir())  # and the lock goes with its holder
+
+
+def test_reports_and_the_record_are_replaced_whole(tmp_path, monkeypatch):
+    """A write cut short (a full disk, a kill) leaves the previous summary.json, summary.md and
+    compare.yaml, not a torn one."""
+    from podsrl.compare import _record, write_reports
+
+    write_run(tmp_path / "grpo" / "seed-0", [(0, 0.2), (10, 0.5)])
+    summary = summarise(tmp_path, ["grpo"], 1)
+    write_reports(tmp_path, summary)
+    _record(tmp_path, None, ["n=8"], {"grpo": ["mode=grpo"]}, 1, 1.0, 10.0)
+    names = ("summary.json", "summary.md", "compare.yaml")
+    before = {name: (tmp_path / name).read_text() for name in names}
+    real_write_text = Path.write_text
+
+    def cut_short(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", cut_short)
+    with pytest.raises(OSError):
+        write_reports(tmp_path, summary)
+    with pytest.raises(OSError):
+        _record(tmp_path, None, ["n=8"], {"grpo": ["mode=grpo"]}, 1, 1.0, 10.0)
+    assert {name: (tmp_path / name).read_text() for name in names} == before
 
 
 def test_finished_runs_keep_metrics_only_unless_asked(tiny_model_dir, tmp_path):

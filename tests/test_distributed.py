@@ -46,3 +46,14 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
     rows = [json.loads(l) for l in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert rows[1]["trained_sequences"] == 4 * 2  # the global batch: 4 prompts x m = 2
+
+
+def test_a_bad_input_under_the_launcher_is_said_once():
+    """Each process printed it, one line per rank. The launcher's own report of the failure (its
+    ChildFailedError and exit code 1) is torch's elastic launcher's, which nothing in the
+    processes it started can change: it names the main process's exit code, 2."""
+    result = launch("cpu_2proc.yaml", "-m", "podsrl", "train", "n=1", timeout=300)
+    said = [line for line in result.stderr.splitlines() if line.startswith("podsrl:")]
+    assert said == ["podsrl: error: n must be >= 2, got 1: advantages compare a prompt's rollouts, and a group of one "
+                    "has none"], result.stderr[-3000:]
+    assert result.returncode != 0 and "exitcode  : 2 " in result.stderr

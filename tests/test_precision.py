@@ -119,7 +119,7 @@ def test_gradient_checkpointing_recomputes_and_leaves_the_gradient(tiny_config, 
 
     grads, mlp_calls = {}, {}
     for on in (False, True):
-        c = tiny_config("mode=grpo", f"model.gradient_checkpointing={str(on).lower()}", *lora,
+        c = tiny_config("mode=grpo", "m=4", f"model.gradient_checkpointing={str(on).lower()}", *lora,
                         f"output_dir={tmp_path / str(on)}")
         s = trainer.setup(c)
         if not on:

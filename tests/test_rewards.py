@@ -410,3 +410,21 @@ def test_the_scoring_benchmark_pathological_completions_never_reach_the_pool():
 def test_a_gold_that_is_not_a_plain_number_is_never_compared_by_a_number_off_its_front(completion, gold, expected):
     assert answer_matches(completion, gold) is expected
     assert verify_answer(completion, gold) is expected
+
+
+@pytest.mark.parametrize("completion,gold", [
+    ("The answer is nan", "nan"),  # matched: a policy was paid for "nan"
+    ("The answer is NaN", "NaN"),
+    ("The answer is inf", "inf"),
+    ("The answer is 1e400", "1e400"),  # past a float's range: inf
+    ("The answer is -Infinity", "-Infinity"),
+    ("#### ", ""),  # an empty answer against an empty gold
+    ("#### ", "#### "),  # GSM8K's marker with nothing after it
+    ("The answer is 5", "   "),
+])
+def test_a_gold_that_cannot_be_an_answer_is_never_matched(completion, gold):
+    assert answer_matches(completion, gold) is False and fast_match(completion, gold) is False
+    assert verify_answer(completion, gold) is False
+    from podsrl.rewards.answers import unusable_gold
+
+    assert unusable_gold(gold) is not None

@@ -200,7 +200,7 @@ def test_dynamic_sampling_keeps_groups_with_signal(tiny_config):
     batches of 4 prompts drawn until 4 groups have signal; the step trains the first 4, in the
     order drawn. (A group of varied rewards may still come out all equal by chance, hence "at
     least" on the rounds and the groups dropped.)"""
-    c, s = setup(tiny_config, "mode=grpo", "dynamic_sampling=true", "prompts_per_step=4",
+    c, s = setup(tiny_config, "mode=grpo", "m=4", "dynamic_sampling=true", "prompts_per_step=4",
                  "rewards=[rewards_for_tests:constant_on_even]")
     stream = s.task.train(c.seed)
     odd = lambda p: int(p.question.split()[0]) % 2 == 1

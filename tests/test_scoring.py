@@ -2,6 +2,8 @@
 and the worker pool ending with the run."""
 
 import multiprocessing
+import sys
+import time
 
 import pytest
 import torch
@@ -73,6 +75,45 @@ def test_a_failure_that_a_second_try_recovers_costs_nothing(tmp_path):
     result = score(fn, [1.0], ["a", "b", "c", "d"], n=2, flag=[str(tmp_path / "f"), str(tmp_path / "g")])
     assert result.rewards.tolist() == [[1.0, 1.0], [1.0, 1.0]]
     assert result.timeouts == 0 and result.retried == 4
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def ended_within(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(map(running, pids))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("text", ["hang", "spin", "fork hang"])
+def test_a_rewards_child_processes_end_with_its_timeout_and_with_the_pool(tmp_path, text):
+    """What a reward starts (a subprocess, a fork) ends when the reward is stopped at its bound
+    (wall time: "hang"; CPU time: "spin"), not 300 s later; what it leaves running when it returns
+    ends with the pool."""
+    from podsrl.rewards import pool as reward_pool
+    from rewards_for_tests import spawns
+
+    pids = tmp_path / "pids"
+    started = lambda: [int(p) for p in pids.read_text().split()] if pids.exists() else []
+    pool = reward_pool.RewardPool(workers=1, timeout=0.3, wall_timeout=0.6)
+    try:
+        assert pool.outcome(pool.submit(spawns, [text], [str(pids)])) is reward_pool.TIMED_OUT
+        assert len(started()) == 1 and ended_within(started(), 5.0)
+        assert pool.outcome(pool.submit(spawns, ["ok"], [str(pids)])) == [1.0]
+        left = started()[-1]
+        assert running(left)  # the reward returned: its child runs on, until the pool ends
+    finally:
+        pool.close()
+    assert ended_within([left], 5.0)
 
 
 def test_reward_workers_run_one_openmp_thread():

@@ -26,7 +26,7 @@ def final_weights(run):
     [("pods", 2 * 2, 1), ("grpo", 2 * 4, 1), ("grpo-ga", 2 * 4, 2)],
 )
 def test_each_mode_trains_and_logs(tiny_config, mode, trained, micro_batches):
-    out = train(tiny_config(f"mode={mode}"))
+    out = train(tiny_config(f"mode={mode}", *(["m=4"] if mode == "grpo" else [])))  # grpo: m = n
     rows = read_metrics(out)
     assert rows[0]["step"] == 0 and "eval_accuracy" in rows[0]  # base model evaluated first
     steps = [r for r in rows if r["step"] > 0]
@@ -89,7 +89,7 @@ def test_only_selected_rollouts_reach_the_loss(tiny_config, monkeypatch):
 
 def test_pods_with_m_equal_n_matches_grpo(tiny_config, tmp_path):
     a = train(tiny_config("mode=pods", "m=4", f"output_dir={tmp_path / 'pods'}"))
-    b = train(tiny_config("mode=grpo", f"output_dir={tmp_path / 'grpo'}"))
+    b = train(tiny_config("mode=grpo", "m=4", f"output_dir={tmp_path / 'grpo'}"))
     wa, wb = final_weights(a), final_weights(b)
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -152,7 +152,7 @@ def test_zero_advantage_rollouts_skip_the_update_but_leave_the_gradient(tiny_con
     """Against the full computation: the same gradient, with fewer sequences through the model."""
     from podsrl.evaluate import chat_prompt
 
-    c_full = tiny_config("n=4", "mode=grpo", f"loss_type={loss_type}", "skip_zero_advantage=false", "micro_batch_size=3")
+    c_full = tiny_config("n=4", "m=4", "mode=grpo", f"loss_type={loss_type}", "skip_zero_advantage=false", "micro_batch_size=3")
     s = trainer.setup(c_full)
     problems = [p for _, p in zip(range(2), s.task.train(0))]
     prompts = [chat_prompt(s.tokenizer, s.system_prompt, p.question) for p in problems]
@@ -169,7 +169,7 @@ def test_zero_advantage_rollouts_skip_the_update_but_leave_the_gradient(tiny_con
     full = trainer.update(s, c_full, rollouts, chosen, step=1)
     s.model.load_state_dict(start)
     s.optimizer.state.clear()
-    skip = trainer.update(s, tiny_config("n=4", "mode=grpo", f"loss_type={loss_type}", "micro_batch_size=3"), rollouts, chosen, step=1)
+    skip = trainer.update(s, tiny_config("n=4", "m=4", "mode=grpo", f"loss_type={loss_type}", "micro_batch_size=3"), rollouts, chosen, step=1)
     assert forwarded[:3] == [3, 3, 2] and forwarded[3:] == [3, 1]  # 8 sequences, then only the 4 of group 1
     assert full["skipped_zero_advantage"] == 0 and skip["skipped_zero_advantage"] == 4
     assert full["loss"] == pytest.approx(skip["loss"], abs=1e-6)

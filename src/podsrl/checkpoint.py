@@ -120,6 +120,8 @@ def load_weights(model, folder: Path, lora: bool) -> None:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    if not any(folder.glob("*.safetensors")):
+        raise PodsError(f"checkpoint {folder} is damaged: it holds no weights (*.safetensors)")
     try:
         if lora:
             from peft import set_peft_model_state_dict

@@ -2,7 +2,8 @@
 
 Bad input (an unknown key, m > n, a missing file, a model that cannot load, NaN rewards, an
 output_dir in use by another run) ends with one line on stderr and exit code 2; Ctrl-C with one
-line and exit code 130.
+line and exit code 130, SIGTERM likewise with 143. Under a launcher (``accelerate launch``) the
+main process says it; the others stay silent unless they alone met the bad input.
 """
 
 from __future__ import annotations
@@ -12,12 +13,20 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
+import threading
+import time
 
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, Terminated
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+OTHER_PROCESS_WAIT_S = 5.0
+"""Under a launcher, how long a process other than the main one waits before it prints its error:
+every process meets the same bad input, the main process says it, and the launcher ends the
+others once it has exited; a process that alone met it still says it."""
 
 
 CONFIG_HELP = ("every key with its default: podsrl config (with a file and overrides: the merged result); "
@@ -56,12 +65,18 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     from podsrl import models
-    from podsrl.config import load_config
+    from podsrl.config import check_eval_overrides, load_config
     from podsrl.evaluate import evaluate
     from podsrl.rollout import make_engine
     from podsrl.tasks import task_from_config
 
-    c = load_config(*_split(args))
+    path, overrides = _split(args)
+    c = load_config(path, overrides)
+    check_eval_overrides(overrides)
+    if c.threads:
+        import torch
+
+        torch.set_num_threads(c.threads)
     task = task_from_config(c.task, c.seed)
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
@@ -220,15 +235,45 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # a usage error (one line, above) or --help
         return e.code
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         _quiet_logging()
         return args.fn(args)
     except PodsError as e:
-        print(f"podsrl: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _last_line(f"podsrl: error: {e}", EXIT_BAD_INPUT)
     except KeyboardInterrupt as e:  # the trainer has already left its folder as a rerun expects it
-        print("; ".join(filter(None, ["podsrl: interrupted", str(e)])), file=sys.stderr)
-        return EXIT_INTERRUPTED
+        terminated = isinstance(e, Terminated)
+        code = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        if not _main_process():  # a launcher ending the others, or Ctrl-C, which the main process reports
+            return code
+        print("; ".join(filter(None, ["podsrl: terminated" if terminated else "podsrl: interrupted", str(e)])),
+              file=sys.stderr)
+        return code
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
+def _main_process() -> bool:
+    """Whether this is the main process of a launch (or no launcher started it)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _last_line(line: str, code: int) -> int:
+    """Print ``line`` on stderr and return ``code``; in a process other than the launch's main
+    one, only if the launcher has not ended it within :data:`OTHER_PROCESS_WAIT_S`."""
+    if not _main_process():
+        try:
+            time.sleep(OTHER_PROCESS_WAIT_S)
+        except KeyboardInterrupt:  # the launcher ended it: the main process has said it
+            return code
+    print(line, file=sys.stderr)
+    return code
 
 
 def _quiet_logging() -> None:

@@ -19,8 +19,9 @@ import re
 import shutil
 import statistics
 from pathlib import Path
+from typing import NamedTuple
 
-from podsrl.checkpoint import read_metrics
+from podsrl.checkpoint import read_metrics, write_atomic
 from podsrl.config import load_config
 from podsrl.errors import PodsError, first_line
 from podsrl.sampling import COUNTS
@@ -99,9 +100,7 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     (``budget_minutes``, evaluating every ``eval_every_s`` seconds of it, on the ``clock``: wall
     or the training process's CPU seconds) or optimizer steps (``steps``, evaluating every
     ``eval_every`` steps: curves matched step for step). Time is reported on ``clock``."""
-    from podsrl.checkpoint import latest_checkpoint, read_state
-    from podsrl.rundir import check_same_config, discard_unfinished
-    from podsrl.trainer import train
+    from podsrl.rundir import comparison_lock
 
     try:
         if out.exists() and not out.is_dir():
@@ -113,43 +112,77 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     base = load_config(config_path, overrides)
     methods = parse_methods(method_specs, base, reference)
     _refuse_settings_of_compare(config_path, overrides, methods)
-    by_steps = steps is not None
-    if by_steps:  # a run's progress is its optimizer steps
-        budget, unit = steps, "steps"
+    if steps is not None:  # a run's progress is its optimizer steps
+        budget = Budget(steps, "step", "steps")
         schedule = [f"steps={steps}", f"eval_every={eval_every}", "time_budget_s=0", "eval_every_s=0", f"clock={clock}"]
     else:
-        budget, unit = budget_minutes * 60, "s"
-        schedule = ["steps=1000000", f"time_budget_s={budget}", f"eval_every_s={eval_every_s}", f"clock={clock}"]
+        budget = Budget(budget_minutes * 60, CLOCKS[clock], "s")
+        schedule = ["steps=1000000", f"time_budget_s={budget.total}", f"eval_every_s={eval_every_s}", f"clock={clock}"]
     plan = [(m, s) for s in range(seeds) for m in methods]  # seed-major: early results cover every method
-    configs, done = {}, {}
-    for method, seed in plan:  # every run's config validated, and checked against its folder, before any trains
+    configs = {}
+    for method, seed in plan:  # every run's config validated before any trains
+        configs[method, seed] = load_config(config_path, [
+            *overrides, *methods[method], f"seed={seed}", f"output_dir={out / method / f'seed-{seed}'}", *schedule,
+            f"save_every={10**9}", f"allow_config_change={allow_config_change}",
+        ], baseline=base)  # a setting of the shared config is checked there, for the methods that use it
+    with comparison_lock(out):  # one comparison at a time writes into out
+        done = _check_folders(out, plan, configs, budget)
+        _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s, steps, eval_every,
+                reference, clock)
+        _train_plan(out, plan, configs, done, budget, keep)
+        summary = summarise(out, list(_recorded_methods(out) or methods), seeds, reference, clock)
+        write_reports(out, summary)
+    return summary
+
+
+class Budget(NamedTuple):
+    """What each run of a comparison gets: ``total`` of the metric ``key`` (a clock's seconds, or
+    steps), shown with ``unit``."""
+    total: float
+    key: str
+    unit: str
+
+
+def _check_folders(out: Path, plan: list, configs: dict, budget: Budget) -> dict:
+    """How far each run of ``plan`` has got on the budget's measure (None: not started); a run to
+    be resumed or reused is checked against the config its folder records, before any trains."""
+    from podsrl.checkpoint import latest_checkpoint, read_state
+    from podsrl.rundir import check_same_config
+
+    done = {}
+    for method, seed in plan:
         run_dir = out / method / f"seed-{seed}"
-        c = configs[method, seed] = load_config(config_path, [
-            *overrides, *methods[method], f"seed={seed}", f"output_dir={run_dir}", *schedule, f"save_every={10**9}",
-            f"allow_config_change={allow_config_change}",
-        ])
         ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
-        progress = "step" if by_steps else CLOCKS[clock]
-        done[method, seed] = read_state(ckpt).get(progress, 0.0) if ckpt is not None else finished_at(run_dir, progress)
-        finished = done[method, seed] is not None and done[method, seed] >= budget
+        done[method, seed] = read_state(ckpt).get(budget.key, 0.0) if ckpt is not None else finished_at(run_dir, budget.key)
+        finished = done[method, seed] is not None and done[method, seed] >= budget.total
         if ckpt is not None or finished:  # to be resumed or reused as it is
-            check_same_config(run_dir, c, f"podsrl compare would reuse {method} seed {seed} in", shorter=False)
-    _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s, steps, eval_every, reference, clock)
+            check_same_config(run_dir, configs[method, seed], f"podsrl compare would reuse {method} seed {seed} in",
+                              shorter=False)
+    return done
+
+
+def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget, keep: str) -> None:
+    """Train each run of ``plan`` that is not done: resumed from its checkpoint, or from step 0."""
+    from podsrl.checkpoint import latest_checkpoint
+    from podsrl.rundir import discard_unfinished, finished_steps
+    from podsrl.trainer import train
+
+    total, unit = budget.total, budget.unit
     for i, (method, seed) in enumerate(plan, 1):
         c, run_dir = configs[method, seed], out / method / f"seed-{seed}"
-        if done[method, seed] is not None and done[method, seed] >= budget:
-            print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done[method, seed]:.0f}{unit} of {budget:.0f}{unit})", flush=True)
+        if done[method, seed] is not None and done[method, seed] >= total:
+            print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done[method, seed]:.0f}{unit} of {total:.0f}{unit})", flush=True)
             continue
         if run_dir.is_dir() and latest_checkpoint(run_dir) is not None:
             c.resume = True
         elif run_dir.exists():  # a run without a checkpoint (interrupted, pruned, or results alone) starts again
+            if kept := finished_steps(run_dir):
+                print(f"[{i}/{len(plan)}] {method} seed {seed}: its earlier run stopped after step {kept} without a "
+                      "checkpoint: training it again from step 0 (its metrics replaced)", flush=True)
             discard_unfinished(run_dir)
-        print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {budget:.0f}{unit}", flush=True)
+        print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {total:.0f}{unit}", flush=True)
         train(c)
         prune(run_dir, keep)
-    summary = summarise(out, list(_recorded_methods(out) or methods), seeds, reference, clock)
-    write_reports(out, summary)
-    return summary
 
 
 def _refuse_settings_of_compare(config_path: str | None, overrides: list[str], methods: dict[str, list[str]]) -> None:
@@ -192,7 +225,7 @@ def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget
               "seeds": max(seeds, recorded.get("seeds", 0)), "reference": reference, "clock": clock,
               **({"steps": steps, "eval_every": eval_every} if steps is not None else
                  {"budget_minutes": budget_minutes, "eval_every_s": eval_every_s})}
-    (out / RECORD).write_text(yaml.safe_dump(record, sort_keys=False))
+    write_atomic(out / RECORD, yaml.safe_dump(record, sort_keys=False))
 
 
 def _read_record(out: Path) -> dict:
@@ -461,8 +494,10 @@ def sampler_statistics(steps: list[dict]) -> dict:
 
 
 def write_reports(out: Path, summary: dict) -> None:
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "summary.md").write_text(markdown_table(summary))
+    """summary.json, summary.md and the plots, each replaced whole (a write cut short leaves the
+    previous one)."""
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(out / "summary.md", markdown_table(summary))
     plot(out, summary)
 
 
@@ -529,7 +564,8 @@ def plot(out: Path, summary: dict) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / name, dpi=120)
+        fig.savefig(out / f".{name}.tmp", dpi=120, format="png")
+        os.replace(out / f".{name}.tmp", out / name)
         plt.close(fig)
 
 

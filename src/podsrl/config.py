@@ -136,7 +136,8 @@ class Config:
     n: int = 16
     """Rollouts generated per prompt (>= 2)."""
     m: int = 4
-    """Rollouts per prompt in the update (pods, >= 2), or per micro-batch (grpo-ga); unused by grpo."""
+    """Rollouts per prompt in the update (pods, >= 2), or per micro-batch (grpo-ga); grpo trains all n
+    (m = n, or m left out)."""
     rule: str = "max_variance"
     """Down-sampling rule (podsrl.downsample.RULES)."""
     adaptive_n: bool = False
@@ -252,10 +253,10 @@ class Config:
     progress: bool = True
     """Show a progress bar of the steps (main process only)."""
     threads: int | None = None
-    """Threads of the training process's CPU kernels (torch's intra-op threads); default: torch's
-    own (one per core, or ``OMP_NUM_THREADS``). On a CPU shared with other work, 1 is often faster:
-    idle threads of a multi-threaded kernel wait at barriers for cores that are busy elsewhere.
-    Reward workers always run one."""
+    """Threads of the training (or ``podsrl eval``'s) process's CPU kernels (torch's intra-op
+    threads); default: torch's own (one per core, or ``OMP_NUM_THREADS``). On a CPU shared with
+    other work, 1 is often faster: idle threads of a multi-threaded kernel wait at barriers for
+    cores that are busy elsewhere. Reward workers always run one."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model (:class:`ModelConfig`)."""
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -264,10 +265,11 @@ class Config:
     """Rollout generation (:class:`RolloutConfig`)."""
 
 
-def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
+def load_config(path: str | None = None, overrides: list[str] = (), baseline: Config | None = None) -> Config:
     """Defaults, then the YAML file, then ``key=value`` overrides (a later one of a key wins);
     unknown keys are errors. A value of a text setting is taken as written (``output_dir=010`` is
-    the folder ``010``, not 8)."""
+    the folder ``010``, not 8). A setting that differs from ``baseline`` (default: the defaults)
+    is refused where it cannot apply (:data:`APPLIES_WITH`)."""
     try:
         merged = OmegaConf.structured(Config)
         if path is not None:
@@ -278,7 +280,7 @@ def load_config(path: str | None = None, overrides: list[str] = ()) -> Config:
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise PodsError(_config_message(e)) from None
-    validate(config)
+    validate(config, baseline)
     return config
 
 
@@ -406,8 +408,9 @@ def _did_you_mean(key: str | None) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def validate(c: Config) -> None:
-    """Every value checked, in one place: finite numbers, ranges, names, cross-field rules. What
+def validate(c: Config, baseline: Config | None = None) -> None:
+    """Every value checked, in one place: finite numbers, ranges, names, cross-field rules, and no
+    setting given (differing from ``baseline``, default: the defaults) where it cannot apply. What
     passes here trains; what fails is one clear message naming the key."""
     from podsrl.downsample import RULES
     from podsrl.rewards import load_reward
@@ -421,7 +424,7 @@ def validate(c: Config) -> None:
     need(c.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {c.prompts_per_step}")
     need(c.n >= 2, f"n must be >= 2, got {c.n}: advantages compare a prompt's rollouts, and a group of one has none")
     need(c.steps >= 1, f"steps must be >= 1, got {c.steps}; podsrl eval evaluates a model without training")
-    need(1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
+    need(c.mode == "grpo" or 1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
     need(c.m >= 2 or c.mode != "pods",
          f"mode=pods needs m >= 2, got m={c.m}: the m trained rollouts of a prompt are its group, and a group of one has advantage 0")
     need(c.rule in RULES, f"unknown rule {c.rule!r}; known: {', '.join(sorted(RULES))}")
@@ -435,12 +438,15 @@ def validate(c: Config) -> None:
     twice = [name for i, name in enumerate(c.rewards) if name in c.rewards[:i]]
     need(not twice, f"rewards names {twice[0]!r} twice; name it once, with the sum of its weights" if twice else "")
     need(len(c.rewards) == len(c.reward_weights), "rewards and reward_weights need the same length")
+    need(c.reward_workers is None or c.reward_workers >= 0, "reward_workers must be >= 0")
     for name in c.rewards:
         fn = load_reward(name)  # a registered name, or an importable module:function
+        unsent = c.reward_workers != 0 and _unpicklable(fn)
+        need(not unsent, f"reward {name!r} cannot be sent to the reward workers ({unsent}): rewards must be "
+                         "module-level functions, or reward_workers=0 scores in the training process")
         need(not c.adaptive_n or getattr(fn, "bounds", None) is not None,
              f"adaptive_n needs each reward's declared bounds to know when a prompt is settled; reward {name!r} "
              "declares none (set its bounds attribute to (lowest, highest))")
-    need(c.reward_workers is None or c.reward_workers >= 0, "reward_workers must be >= 0")
     need(c.reward_timeout_s > 0, "reward_timeout_s must be > 0")
     need(c.threads is None or c.threads >= 1, f"threads must be >= 1, got {c.threads}")
     need(c.reward_wall_timeout_s >= c.reward_timeout_s, "reward_wall_timeout_s must be >= reward_timeout_s")
@@ -486,6 +492,71 @@ def validate(c: Config) -> None:
     need(t.test_size >= 1 or t.name != "arithmetic",
          "task.test_size=0 means every problem of a test file; arithmetic generates its problems: give a number >= 1")
     _check_trackers(c.report_to)
+    _check_applies(c, baseline or Config())
+
+
+APPLIES_WITH = (  # (keys, what they need, the key that decides, whether this config has it)
+    (("rollout.gpu_memory_utilization", "rollout.kv_cache_mb", "rollout.sleep"), "rollout.engine=vllm",
+     "rollout.engine", lambda c: c.rollout.engine == "vllm"),
+    (("rollout.batch_size", "rollout.share_prompt_cache", "rollout.decoder"), "rollout.engine=hf",
+     "rollout.engine", lambda c: c.rollout.engine == "hf"),
+    (("model.lora_alpha", "model.lora_dropout", "model.lora_target_modules"), "LoRA (model.lora_r > 0)",
+     "model.lora_r", lambda c: c.model.lora_r > 0),
+    (("adaptive_round",), "adaptive_n=true", "adaptive_n", lambda c: c.adaptive_n),
+    (("prompt_filter_target",), "prompt_filter=history", "prompt_filter", lambda c: c.prompt_filter == "history"),
+    (("dynamic_sampling_rounds",), "dynamic_sampling=true", "dynamic_sampling", lambda c: c.dynamic_sampling),
+    (("rule",), "mode=pods (the others train every rollout)", "mode", lambda c: c.mode == "pods"),
+    (("m",), "mode=pods or grpo-ga (grpo trains all n: leave m out, or give m=n)", "mode",
+     lambda c: c.mode != "grpo" or c.m == c.n),
+    (("task.path",), "task.name=gsm8k or math500", "task.name", lambda c: c.task.name in ("gsm8k", "math500")),
+    (("task.train_path",), "task.name=math500", "task.name", lambda c: c.task.name == "math500"),
+    (("task.digits", "task.operations"), "task.name=arithmetic", "task.name", lambda c: c.task.name == "arithmetic"),
+)
+"""Settings that apply only under another setting: given where they cannot apply, they are refused
+rather than recorded and ignored."""
+
+
+def _check_applies(c: Config, baseline: Config) -> None:
+    """Refuse a setting that differs from ``baseline`` where it cannot apply (:data:`APPLIES_WITH`).
+    A value equal to the baseline's counts as not given: ``podsrl compare`` checks each method's
+    run against its shared config, whose ``m`` and ``rule`` are meant for the methods that use them."""
+    values, base = flat_keys(to_dict(c)), flat_keys(to_dict(baseline))
+    shown = lambda v: str(v).lower() if isinstance(v, bool) or v is None else str(v)
+    for keys, needs, decider, applies in APPLIES_WITH:
+        for key in keys:
+            if values[key] != base[key] and not applies(c):
+                raise PodsError(f"{key}={shown(values[key])} applies only with {needs}, not with "
+                                f"{decider}={shown(values[decider])}")
+
+
+EVAL_SETTINGS = ("model.name_or_path", "model.dtype", "model.trust_remote_code", "model.load_in_4bit", "task.",
+                 "rollout.", "eval_temperature", "log_completions", "progress", "seed", "threads")
+"""What ``podsrl eval`` reads of a config: the model to load, the task, the rollout engine."""
+
+
+def check_eval_overrides(overrides: list[str]) -> None:
+    """Refuse ``key=value`` overrides that ``podsrl eval`` would ignore (a config file may hold a
+    training run's settings: eval reads only :data:`EVAL_SETTINGS` of it)."""
+    for override in overrides:
+        key = override.partition("=")[0].strip()
+        if key == "rollout.temperature":
+            raise PodsError("podsrl eval generates at eval_temperature (0: greedy), not rollout.temperature")
+        if not any(key == s or s.endswith(".") and (key.startswith(s) or s == f"{key}.") for s in EVAL_SETTINGS):
+            raise PodsError(f"{key} is a training setting; podsrl eval takes model.name_or_path, model.dtype, "
+                            "model.trust_remote_code, model.load_in_4bit, task.*, rollout.*, eval_temperature, "
+                            "log_completions, progress, seed and threads")
+
+
+def _unpicklable(fn) -> str:
+    """Why ``fn`` cannot be pickled ("" where it can): a reward worker receives a function by its
+    importable name, which a lambda or a nested function lacks."""
+    import pickle
+
+    try:
+        pickle.dumps(fn)
+    except Exception as e:  # noqa: BLE001 (PicklingError, or whatever an object's state raises)
+        return first_line(e)
+    return ""
 
 
 MAX_DIGITS = 1000

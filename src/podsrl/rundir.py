@@ -20,12 +20,14 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from podsrl.checkpoint import latest_checkpoint
+from podsrl.checkpoint import latest_checkpoint, read_metrics
 from podsrl.errors import PodsError, first_line
 
 log = logging.getLogger(__name__)
 
 LOCK = ".podsrl.lock"
+COMPARE_LOCK = ".podsrl-compare.lock"
+"""``podsrl compare``'s lock on its --out folder: one comparison at a time writes there."""
 TRACKER_FOLDER = "podsrl"
 """accelerate's trackers log under ``<output_dir>/<project name>/``; the trainer names the project this."""
 OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "completions.jsonl",
@@ -144,9 +146,25 @@ def discard_unfinished(path: Path) -> None:
         os.close(fd)
 
 
-def _lock(path: Path) -> tuple[int, bool]:
-    """An fd holding the lock on ``path``, and whether the lock file was there before."""
-    lock = path / LOCK
+@contextmanager
+def comparison_lock(out: Path):
+    """Hold ``out`` for one ``podsrl compare``: another one into it is refused at once."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PodsError(f"cannot write --out {out}: {e.strerror or e}") from None
+    fd, _ = _lock(out, COMPARE_LOCK, "--out {path} is in use by another podsrl compare")
+    try:
+        yield
+    finally:
+        (out / COMPARE_LOCK).unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _lock(path: Path, name: str = LOCK, busy: str = "output_dir {path} is in use by another run") -> tuple[int, bool]:
+    """An fd holding the lock file ``name`` in ``path``, and whether the file was there before;
+    ``busy`` says who holds it."""
+    lock = path / name
     while True:
         try:
             fd, existed = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), False
@@ -157,7 +175,7 @@ def _lock(path: Path) -> tuple[int, bool]:
         except BlockingIOError:
             pid = os.read(fd, 32).decode(errors="replace").strip()
             os.close(fd)
-            raise PodsError(f"output_dir {path} is in use by another run" + (f" (pid {pid})" if pid else "")) from None
+            raise PodsError(busy.format(path=path) + (f" (pid {pid})" if pid else "")) from None
         try:  # the holder may have removed the file before we locked it: lock the one now there
             same = os.stat(lock).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -186,11 +204,24 @@ def _start(path: Path, resume: bool, marked: bool) -> Path | None:
         example = sorted(foreign)[0] if foreign else sorted(p.name for p in entries)[0]
         raise PodsError(f"output_dir {path} is not empty (it holds {example}); choose another output_dir")
     if entries:
-        log.info("output_dir %s holds an unfinished run without a checkpoint: starting it afresh", path)
+        done, what = finished_steps(path), "resume=true, but output_dir" if resume else "output_dir"
+        if done:
+            log.warning("%s %s holds an unfinished run that stopped after step %d without a checkpoint: training it "
+                        "again from step 0 (its metrics replaced)", what, path, done)
+        else:
+            log.info("%s %s holds an unfinished run without a checkpoint: starting it afresh", what, path)
         _clear(path, keep_lock=True)
     elif resume:
         log.info("resume=true but %s holds no checkpoint: starting at step 0", path)
     return None
+
+
+def finished_steps(path: Path) -> int:
+    """The last step whose metrics a run folder holds (0: none, or no readable metrics)."""
+    try:
+        return max((r["step"] for r in read_metrics(path / "metrics.jsonl")), default=0)
+    except PodsError:
+        return 0
 
 
 def recorded_config(path: Path) -> dict | None:

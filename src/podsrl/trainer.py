@@ -326,8 +326,8 @@ def train(c: Config, accelerator: Accelerator | None = None) -> Path:
     try:
         with s.run.cleanup_on_failure():
             out = _train(s, c)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(s.run.kept()) from None
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
+        raise type(e)(s.run.kept()) from None
     except PodsError as e:
         raise PodsError("; ".join(filter(None, [str(e), s.run.kept()]))) from None
     finally:

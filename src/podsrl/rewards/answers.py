@@ -10,6 +10,8 @@ pool runs in a worker process under a hard time bound. There, unlike math-verify
 restated computation (``409 + 83`` for ``492``) is not an answer: the result has to be stated.
 A gold that is a code of letters and digits (``0xc84``, ``12cd``) is compared whole on both paths
 (:func:`is_literal`), never by a number read off its front.
+A gold that cannot be an answer (:func:`unusable_gold`: empty, or a number that is not finite,
+``nan``, ``inf``, ``1e400``) is matched by nothing; the tasks refuse one when they load.
 Before either path, an answer that cannot be a sensible one (:func:`implausible`: a huge factorial
 or power, deep brackets, a long run of digits, pages of symbols) is wrong at once: math-verify
 would stall on it, costing a worker of the pool its whole time bound and a restart.
@@ -141,6 +143,20 @@ def gold_answer(gold: str) -> str | None:
     return extract_answer(gold) if "####" in gold or "\\boxed" in gold else gold
 
 
+def unusable_gold(gold: str) -> str | None:
+    """Why ``gold`` cannot be a gold answer, or None where it can: it is empty (GSM8K's ``#### ``
+    with nothing after it), or it reads as a number that is not finite (``nan``, ``inf``, ``1e400``),
+    which a policy could be paid for writing."""
+    gold = gold_answer(gold)
+    if gold is None or not gold.strip():
+        return "it is empty"
+    try:
+        value = float(gold.strip().replace(",", ""))
+    except ValueError:
+        return None
+    return None if math.isfinite(value) else "it is not a finite number"
+
+
 _TOKEN = re.compile(r"[+-]?[A-Za-z0-9]+")
 _NUMBER_TIMES_VARIABLE = re.compile(r"[+-]?\d*[A-Za-z]")  # 3x, 2k, x: algebra
 _WRAPPER = re.compile(r"\\(?:text|mathrm|texttt)\{(.*)\}")
@@ -172,9 +188,11 @@ def literal_equal(gold: str, answer: str) -> bool:
 
 def fast_match(completion: str, gold: str) -> bool | None:
     """True/False when decided without math-verify; None when math-verify must decide."""
+    if unusable_gold(gold):
+        return False
     answer = extract_answer(completion)
     gold = gold_answer(gold)
-    if answer is None or gold is None:
+    if answer is None:
         return False
     if answer.strip() == gold.strip():
         return True
@@ -327,9 +345,11 @@ def verify_answer(completion: str, gold: str) -> bool:
     """Whether the final answer of ``completion`` equals ``gold``, by math-verify (slow; unbounded:
     call it through the reward pool). An answer with words or a percentage sign ("42 apples",
     "60.0%") is also compared by its last number."""
+    if unusable_gold(gold):
+        return False
     answer = extract_answer(completion)
     gold = gold_answer(gold)
-    if answer is None or gold is None or implausible(answer, gold):
+    if answer is None or implausible(answer, gold):
         return False
     if is_literal(gold):
         return literal_equal(gold, answer)

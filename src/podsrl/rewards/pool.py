@@ -13,8 +13,11 @@ before it counts as failed. Whatever else a task raises, ``SystemExit`` included
 :class:`RewardFailure`. Workers are forked from the process that made the pool, after it has
 imported math-verify, warm it up before taking a task, so no task pays for an import, and run one
 OpenMP thread each. (Forked, not spawned: a spawned worker would re-run the user's script, and a
-TRL script rarely has a ``__main__`` guard.) The pool is started on first use and lives until
-:func:`shutdown` (or the interpreter's exit).
+TRL script rarely has a ``__main__`` guard.) On Linux each worker leads a process group of its
+own, which whatever a reward starts (a subprocess, a fork) joins: the group is killed once its
+worker has ended (stopped at a bound, or dead) and when the pool closes, so no child of a reward
+outlives its bound or the pool (one that leaves the group, ``start_new_session``, does). The pool
+is started on first use and lives until :func:`shutdown` (or the interpreter's exit).
 """
 
 from __future__ import annotations
@@ -59,7 +62,15 @@ def available_cores() -> int:
     return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
-def _worker_init(memory_mb: int = 0) -> None:
+GROUPS = sys.platform.startswith("linux")
+"""Whether workers lead process groups that end with them (it needs /proc to tell a worker's pid
+from a later process's)."""
+
+
+def _worker_init(memory_mb: int = 0, pids_fd: int | None = None) -> None:
+    if GROUPS:  # a group of its own, which the processes a reward starts join; the pool learns its id
+        os.setpgid(0, 0)
+        os.write(pids_fd, f"{os.getpid()}\n".encode())
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # die at once when killed, even inside C code
     signal.signal(signal.SIGPROF, signal.SIG_DFL)  # the CPU-time bound: ends the worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
@@ -128,8 +139,12 @@ class RewardPool:
         self.timeout, self.memory_mb, self.wall_timeout = timeout, memory_mb, max(wall_timeout, timeout)
         import math_verify  # noqa: F401 (imported once here, inherited by every forked worker)
 
-        self._pool = ProcessPool(max_workers=self.workers, initializer=_worker_init, initargs=(memory_mb,),
+        self._pids, pids_w = os.pipe()  # each worker writes its pid (its group's id) here
+        os.set_blocking(self._pids, False)
+        self._groups: set[int] = set()
+        self._pool = ProcessPool(max_workers=self.workers, initializer=_worker_init, initargs=(memory_mb, pids_w),
                                  context=multiprocessing.get_context("fork"))
+        self._pids_w = pids_w
 
     def submit(self, fn: Callable, *args, timeout: float | None = None,
                wall_timeout: float | None = None) -> concurrent.futures.Future:
@@ -153,6 +168,7 @@ class RewardPool:
             value = future.result(timeout=wait_s)
         except (TimeoutError, concurrent.futures.TimeoutError, ProcessExpired):
             future.cancel()
+            self._end_groups()  # what the stopped task started
             return TIMED_OUT
         if isinstance(value, Unscored):
             _log_unscored(value.reason)
@@ -162,6 +178,52 @@ class RewardPool:
     def close(self) -> None:
         self._pool.stop()
         self._pool.join(timeout=5)
+        self._end_groups(every=True)
+        os.close(self._pids)
+        os.close(self._pids_w)
+
+    def _end_groups(self, every: bool = False) -> None:
+        """Kill the process groups of the workers that have ended (``every``: of all workers), and
+        so what their tasks started."""
+        if not GROUPS:
+            return
+        written = b""
+        while True:  # each worker's line was one write, whole in the pipe: read until it is empty
+            try:
+                chunk = os.read(self._pids, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            written += chunk
+        self._groups.update(map(int, written.split()))
+        for pid in list(self._groups):
+            state = _worker_state(pid)
+            if state == "running" and not every:
+                continue
+            if state != "other":  # "other": an unrelated process has the number now, and the group is not ours
+                _kill_group(pid)
+            self._groups.discard(pid)
+
+
+def _worker_state(pid: int) -> str:
+    """``running``: a worker of this process; ``ended``: it has ended (its group may live on, and
+    keeps the number from reuse); ``other``: the number names an unrelated process now."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state, ppid = f.read().rpartition(")")[2].split()[:2]
+    except FileNotFoundError:
+        return "ended"
+    if int(ppid) != os.getpid():
+        return "other"
+    return "ended" if state == "Z" else "running"
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # nothing left in it
+        pass
 
 
 _lock = threading.Lock()

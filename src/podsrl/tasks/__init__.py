@@ -146,6 +146,17 @@ def _fields(rows: list[dict], question: str, answer: str, source: str) -> list[P
     return [Problem(r[question], str(r[answer])) for r in rows]
 
 
+def _matchable(problems: list[Problem], source: str) -> list[Problem]:
+    """``problems``, each with a gold answer that a completion can match (refused otherwise:
+    :func:`podsrl.rewards.answers.unusable_gold`)."""
+    from podsrl.rewards.answers import unusable_gold
+
+    for number, problem in enumerate(problems, 1):
+        if why := unusable_gold(problem.answer):
+            raise PodsError(f"{source}: problem {number}: gold answer {problem.answer!r} cannot be matched ({why})")
+    return problems
+
+
 def _shown(value) -> str:
     return "null" if value is None else f"{type(value).__name__} {json.dumps(value)[:40]}"
 
@@ -156,6 +167,7 @@ def gsm8k(path: str = "openai/gsm8k", test_size: int = 0, **_) -> Task:
     train_rows, test_rows = _load_rows(path, "train"), _load_rows(path, "test")
     train = [Problem(p.question, gold(p.answer)) for p in _fields(train_rows, "question", "answer", path)]
     test = [Problem(p.question, gold(p.answer)) for p in _fields(test_rows, "question", "answer", path)]
+    train, test = _matchable(train, path), _matchable(test, path)
     one_file = Path(path).expanduser().is_file()  # the train and the test split are its problems
     return Task("gsm8k", _stream(train), _held_out(test, test_size, path), ANSWER_IN_TAGS, trains_on_test=one_file)
 
@@ -163,8 +175,9 @@ def gsm8k(path: str = "openai/gsm8k", test_size: int = 0, **_) -> Task:
 def math500(path: str = "HuggingFaceH4/MATH-500", train_path: str | None = None, test_size: int = 0, **_) -> Task:
     """MATH-500 for evaluation (fields ``problem``, ``answer``); it has no training split, so
     training reads ``train_path`` (a MATH-style jsonl) and falls back to the test problems."""
-    test = _fields(_load_rows(path, "test"), "problem", "answer", path)
-    train = _fields(_load_rows(train_path, "train"), "problem", "answer", train_path) if train_path else test
+    test = _matchable(_fields(_load_rows(path, "test"), "problem", "answer", path), path)
+    train = _matchable(_fields(_load_rows(train_path, "train"), "problem", "answer", train_path), train_path) \
+        if train_path else test
     return Task("math500", _stream(train), _held_out(test, test_size, path), ANSWER_IN_TAGS,
                 trains_on_test=train_path is None or Path(train_path).expanduser() == Path(path).expanduser())
 
