@@ -10,6 +10,11 @@ import warnings
 def quiet_known_warnings() -> None:
     """Drop deepspeed's "no GPU found" warning (printed on every run of an install that has
     deepspeed, on a machine without a GPU; its choice of accelerator stands) and transformers'
-    FutureWarnings on the ``gradient_checkpointing`` names that TRL 1.16 still uses."""
+    FutureWarnings on the ``gradient_checkpointing`` names that TRL 1.16 still uses, and
+    bitsandbytes' note at import, on a CPU with AVX-512 BF16, that it could not fetch a faster
+    4-bit kernel from the Hugging Face hub (the ``kernels`` package, which podsrl does not install:
+    nothing is downloaded at run time; bitsandbytes' own CPU kernel runs instead)."""
     logging.getLogger("DeepSpeed").addFilter(lambda record: "unable to detect it" not in record.getMessage())
+    logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
+        lambda record: "gemm_4bit_forward from kernels-community" not in record.getMessage())
     warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)
