@@ -1,0 +1,104 @@
+"""The paper's two comparisons on the benchmark task chosen by GRPO's curve alone
+(docs/experiments/task-selection.md), with settings fixed before the first PODS run on it.
+
+    python benchmarks/evidence.py a     # GRPO vs PODS (max-variance) vs PODS (random), 8 seeds, step-matched
+    python benchmarks/evidence.py b     # GRPO-GA vs PODS at the same n, 5 seeds, times on the CPU clock
+    python benchmarks/evidence.py report  # (a)'s max-variance against random, with its interval
+
+Both read the chosen task and its learning rate from benchmarks/results/task_selection/summary.json
+and refuse to run before a task has been chosen. The settings are the selection's (n = 8 for GRPO,
+4 prompts a step, 60 optimizer steps, 500 held-out problems every 5 steps, one thread a run):
+
+(a) ``grpo`` (n = m = 8), ``pods`` (n = 32, max-variance m = 8), ``pods-random`` (n = 32, random
+    m = 8); 8 seeds. Statistic: optimizer steps at which each seed-mean curve first reaches GRPO's
+    seed-mean peak (linear between evaluations), as a ratio to GRPO's, 95% paired bootstrap over
+    seeds; beside it the training-time ratio on the CPU clock, with the step-time split; and the
+    ratio of max-variance's steps to GRPO's peak over random's, with its paired interval (``report``). Targets: PODS at most 0.6x GRPO's steps, the interval's upper
+    end below 1.0; max-variance fewer steps than random, the interval excluding 1.0.
+(b) ``grpo-ga`` (n = 32, all trained, micro-batches of 8) and ``pods`` (n = 32, m = 8); 5 seeds;
+    the reference is grpo-ga. Statistic: training CPU seconds to GRPO-GA's seed-mean peak, its
+    speed-up with the paired interval. Target: at least 1.7x, the interval's lower end above 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "summary.json"
+CONFIGS = {"arithmetic_2digit": "configs/arithmetic_2digit.yaml", "letter_counting": "configs/gym_letter_counting.yaml",
+           "chain_sum": "configs/gym_chain_sum.yaml"}
+COMMON = ["--steps", "60", "--eval-every", "5", "--clock", "cpu", "--keep", "metrics"]
+COMPARISONS = {
+    "a": dict(methods="grpo,pods,pods-random:rule=random", seeds=8, reference="grpo", overrides=["n=32", "m=8"]),
+    "b": dict(methods="grpo-ga,pods", seeds=5, reference="grpo-ga", overrides=["n=32", "m=8"]),
+}
+
+
+def chosen() -> tuple[str, str]:
+    summary = json.loads(SELECTION.read_text()) if SELECTION.is_file() else {}
+    task = summary.get("chosen")
+    if not task:
+        sys.exit("evidence.py: no benchmark task has been chosen yet (benchmarks/task_selection.py report)")
+    return task, summary["candidates"][task]["lr"]
+
+
+def run(comparison: str) -> int:
+    task, lr = chosen()
+    spec = COMPARISONS[comparison]
+    out = ROOT / "benchmarks" / "results" / f"evidence_{comparison}_{task}"
+    out.mkdir(parents=True, exist_ok=True)
+    # the candidate's config without the keys compare sets itself (steps, the evaluation schedule)
+    settings = {k: v for k, v in yaml.safe_load((ROOT / CONFIGS[task]).read_text()).items() if k not in ("steps", "eval_every")}
+    (out / "task.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    cmd = [sys.executable, "-m", "podsrl", "compare", str(out / "task.yaml"), "mode=pods", f"lr={lr}", "threads=1",
+           "task.test_size=500", "prompts_per_step=4", *spec["overrides"], "--methods", spec["methods"],
+           "--seeds", str(spec["seeds"]), "--reference", spec["reference"], *COMMON, "--out", str(out)]
+    print(" ".join(cmd[2:]), flush=True)
+    return subprocess.run(cmd, cwd=ROOT).returncode
+
+
+def report() -> None:
+    """Max-variance's optimizer steps to GRPO's seed-mean peak over random's, on (a)'s runs, with a
+    95% paired bootstrap interval over seeds (a resample where random never reaches it: ratio 0;
+    where max-variance never does: infinite)."""
+    from podsrl.compare import crossing, mean_curve, mean_peak, read_evals
+
+    task, _ = chosen()
+    out = ROOT / "benchmarks" / "results" / f"evidence_a_{task}"
+    seeds = COMPARISONS["a"]["seeds"]
+    curves = {m: [read_evals(out / m / f"seed-{s}", "cpu")[0] for s in range(seeds)] for m in ("grpo", "pods", "pods-random")}
+
+    def ratio(idx: list[int]) -> float:
+        pick = {m: [c[i] for i in idx] for m, c in curves.items()}
+        target, _ = mean_peak(pick["grpo"], "step")
+        steps = {m: crossing(mean_curve(pick[m], "step"), target) for m in ("pods", "pods-random")}
+        if steps["pods"] is None:
+            return float("inf")
+        return 0.0 if steps["pods-random"] is None else steps["pods"] / steps["pods-random"]
+
+    rng = random.Random(0)
+    draws = sorted(ratio([rng.randrange(seeds) for _ in range(seeds)]) for _ in range(2000))
+    print(f"max-variance / random, optimizer steps to GRPO's peak: {ratio(list(range(seeds))):.2f} "
+          f"[{draws[50]:.2f}-{draws[1949]:.2f}] (95%, paired bootstrap over {seeds} seeds)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=[*sorted(COMPARISONS), "report"])
+    args = parser.parse_args()
+    if args.what == "report":
+        report()
+    else:
+        sys.exit(run(args.what))
+
+
+if __name__ == "__main__":
+    main()
