@@ -28,6 +28,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -60,16 +61,23 @@ def curve(candidate: str, lr: str, seed: int) -> dict[int, float] | None:
 
 
 def train(candidate: str, lr: str, seed: int) -> str:
-    """One run; its metrics and config are copied under RESULTS, the rest is deleted."""
+    """One run; its metrics and config are copied under RESULTS, the rest is deleted. A run saves a
+    checkpoint every 10 steps, and a rerun of the driver resumes it from there; a run that another
+    process is training (an earlier driver's) is waited for, then taken as it ended."""
     if curve(candidate, lr, seed) is not None:
         return f"{candidate} lr={lr} seed={seed}: done before"
     out = RUNS / candidate / f"lr{lr}" / f"seed-{seed}"
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "podsrl", "train", CANDIDATES[candidate], *SETTINGS, f"lr={lr}", f"seed={seed}",
-           f"output_dir={out}"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        return f"{candidate} lr={lr} seed={seed}: failed ({done.returncode}): {done.stderr.strip()[-500:]}"
+    while training_elsewhere(out):
+        time.sleep(30)
+    if not finished(out):
+        resume = (out / "checkpoints").is_dir() and any((out / "checkpoints").glob("step-*"))
+        if not resume:
+            shutil.rmtree(out, ignore_errors=True)
+        cmd = [sys.executable, "-m", "podsrl", "train", CANDIDATES[candidate], *SETTINGS, f"lr={lr}", f"seed={seed}",
+               f"output_dir={out}", "save_every=10", f"resume={str(resume).lower()}"]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"{candidate} lr={lr} seed={seed}: failed ({done.returncode}): {done.stderr.strip()[-500:]}"
     keep = result_dir(candidate, lr, seed)
     keep.mkdir(parents=True, exist_ok=True)
     for name in ("metrics.jsonl", "config.yaml"):
@@ -77,6 +85,24 @@ def train(candidate: str, lr: str, seed: int) -> str:
     shutil.rmtree(out)
     points = curve(candidate, lr, seed)
     return f"{candidate} lr={lr} seed={seed}: " + " ".join(f"{s}:{a:.3f}" for s, a in sorted(points.items()))
+
+
+def training_elsewhere(out: Path) -> bool:
+    """Whether a process on this machine is training into ``out``."""
+    needle = f"output_dir={out}".encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if needle in cmdline.read_bytes() and b"train" in cmdline.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def finished(out: Path) -> bool:
+    """Whether the run in ``out`` has been evaluated at its last step."""
+    path = out / "metrics.jsonl"
+    return path.is_file() and any(r.get("eval_step") == STEPS for r in map(json.loads, path.read_text().splitlines()))
 
 
 def conditions(points: dict[int, float]) -> dict:
@@ -184,7 +210,8 @@ def plot(summary: dict) -> None:
             ax.plot(sorted(m), [m[s] for s in sorted(m)], "k-", lw=2, label=f"seed mean, lr={entry['lr']}")
         ax.set_title(cand)
         ax.set_xlabel("optimizer step")
-        ax.legend(fontsize=7)
+        if entry["runs"]:
+            ax.legend(fontsize=7)
     axes[0].set_ylabel("greedy pass@1, 500 held-out")
     fig.tight_layout()
     fig.savefig(RESULTS / "curves.png", dpi=110)
