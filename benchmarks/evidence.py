@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "summary.json"
 CONFIGS = {"arithmetic_2digit": "configs/arithmetic_2digit.yaml", "letter_counting": "configs/gym_letter_counting.yaml",
            "chain_sum": "configs/gym_chain_sum.yaml"}
-COMMON = ["--steps", "60", "--eval-every", "5", "--clock", "cpu", "--keep", "metrics"]
+COMMON = ["--steps", "60", "--eval-every", "5", "--clock", "cpu", "--keep", "metrics", "--save-every", "10"]
 COMPARISONS = {
     "a": dict(methods="grpo,pods,pods-random:rule=random", seeds=8, reference="grpo", overrides=["n=32", "m=8"]),
     "b": dict(methods="grpo-ga,pods", seeds=5, reference="grpo-ga", overrides=["n=32", "m=8"]),

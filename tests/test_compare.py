@@ -188,6 +188,31 @@ def test_times_on_the_cpu_clock(tmp_path):
         summarise(tmp_path / "old", ["grpo"], 1, clock="cpu")
 
 
+def test_an_interrupted_run_resumes_from_its_last_save_every_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
+    import podsrl.trainer as trainer_module
+    from podsrl.compare import run_all
+
+    args = [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
+            "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]"]
+    out = tmp_path / "cmp"
+    update = trainer_module.update
+
+    def interrupted_at_step_3(s, c, rollouts, chosen, step):
+        if step == 3:
+            raise KeyboardInterrupt
+        return update(s, c, rollouts, chosen, step)
+
+    monkeypatch.setattr(trainer_module, "update", interrupted_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        run_all(None, args, ["grpo"], 1, None, out, None, steps=4, eval_every=2, save_every=2)
+    assert (out / "grpo" / "seed-0" / "checkpoints" / "step-000002").is_dir()
+    monkeypatch.setattr(trainer_module, "update", update)
+    run_all(None, args, ["grpo"], 1, None, out, None, steps=4, eval_every=2, save_every=2)
+    rows = [json.loads(l) for l in (out / "grpo" / "seed-0" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "update_s" in r] == [1, 2, 3, 4]  # steps 1-2 kept, 3-4 trained on resume
+    assert [r["step"] for r in rows if "eval_accuracy" in r] == [0, 2, 4]
+
+
 def test_bootstrap_interval_of_the_step_ratio():
     from podsrl.compare import bootstrap, headline_step_ratio
 
@@ -429,7 +454,7 @@ def test_usage_errors_are_one_line(capsys, args, message):
     (["seed=3"], "seed is set by podsrl compare for each run (--seeds); remove it from the overrides"),
     (["steps=5"], "steps is set by podsrl compare for each run (--budget-minutes or --steps); remove it from the overrides"),
     (["output_dir=x"], "output_dir is set by podsrl compare for each run (--out)"),
-    (["save_every=1"], "save_every is set by podsrl compare for each run (--keep)"),
+    (["save_every=1"], "save_every is set by podsrl compare for each run (--save-every)"),
     (["eval_every_s=5"], "eval_every_s is set by podsrl compare for each run (--eval-every-s)"),
     (["--methods", "grpo", "x:seed=11"], "seed is set by podsrl compare for each run (--seeds); remove it from method 'x'"),
     (["--methods", "grpo", "x:rule=random,time_budget_s=9"], "time_budget_s is set by podsrl compare"),

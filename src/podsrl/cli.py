@@ -124,6 +124,8 @@ def cmd_compare(args) -> int:
 
     if args.seeds < 1:
         raise PodsError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.save_every < 0:
+        raise PodsError(f"--save-every must be >= 0, got {args.save_every}")
     if args.steps is not None:  # a step budget: no clock options
         if args.budget_minutes is not None or args.eval_every_s is not None:
             raise PodsError("--steps budgets optimizer steps; leave out --budget-minutes and --eval-every-s")
@@ -141,7 +143,7 @@ def cmd_compare(args) -> int:
             raise PodsError(f"--eval-every-s must be a number > 0, got {args.eval_every_s}")
     summary = run_all(*_split(args), args.methods, args.seeds, args.budget_minutes, Path(args.out), args.eval_every_s,
                       keep=args.keep, allow_config_change=args.allow_config_change, steps=args.steps,
-                      eval_every=args.eval_every, reference=args.reference, clock=args.clock)
+                      eval_every=args.eval_every, reference=args.reference, clock=args.clock, save_every=args.save_every)
     _warn_missing(summary)
     print((Path(args.out) / "summary.md").read_text(), end="")
     return 0 if summary["methods"] else 1
@@ -210,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=None, help="with --steps: evaluate every this many steps (default 5)")
     p.add_argument("--reference", default="grpo",
                    help="the method whose seed-mean peak the others are timed to (default grpo; e.g. grpo-ga)")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="each run also saves a checkpoint every this many steps, from which a rerun resumes an "
+                   "interrupted run (default 0: at its end only); --keep says what a finished run keeps")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="the clock of the budget and the times: wall seconds (default), or the training process's "
                    "CPU seconds, which other jobs on a shared CPU machine bend far less (with threads=1)")

@@ -32,7 +32,7 @@ RECORD = "compare.yaml"
 """What a comparison folder records of the invocations that made it: methods, seeds, budget."""
 SET_BY_COMPARE = {"seed": "--seeds", "output_dir": "--out", "steps": "--budget-minutes or --steps",
                   "time_budget_s": "--budget-minutes", "eval_every_s": "--eval-every-s", "eval_every": "--eval-every",
-                  "save_every": "--keep", "clock": "--clock",
+                  "save_every": "--save-every", "clock": "--clock",
                   "resume": "a rerun", "allow_config_change": "--allow-config-change"}
 """Settings each compare run gets from compare itself, and the option (or act) that sets them."""
 CLOCKS = {"wall": "train_seconds", "cpu": "train_cpu_seconds"}
@@ -95,11 +95,13 @@ def speedup(grpo_time: float | None, time: float | None) -> float | None:
 def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
             budget_minutes: float | None, out: Path, eval_every_s: float | None, keep: str = "metrics",
             allow_config_change: bool = False, steps: int | None = None, eval_every: int | None = None,
-            reference: str = "grpo", clock: str = "wall") -> dict:
+            reference: str = "grpo", clock: str = "wall", save_every: int = 0) -> dict:
     """Train every method for every seed, then summarise. The budget is training time
     (``budget_minutes``, evaluating every ``eval_every_s`` seconds of it, on the ``clock``: wall
     or the training process's CPU seconds) or optimizer steps (``steps``, evaluating every
-    ``eval_every`` steps: curves matched step for step). Time is reported on ``clock``."""
+    ``eval_every`` steps: curves matched step for step). Time is reported on ``clock``. Each run
+    saves a checkpoint at its end, and every ``save_every`` steps where that is > 0, so that an
+    interrupted run resumes from its last one."""
     from podsrl.rundir import comparison_lock
 
     try:
@@ -123,7 +125,7 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     for method, seed in plan:  # every run's config validated before any trains
         configs[method, seed] = load_config(config_path, [
             *overrides, *methods[method], f"seed={seed}", f"output_dir={out / method / f'seed-{seed}'}", *schedule,
-            f"save_every={10**9}", f"allow_config_change={allow_config_change}",
+            f"save_every={save_every or 10**9}", f"allow_config_change={allow_config_change}",
         ], baseline=base)  # a setting of the shared config is checked there, for the methods that use it
     with comparison_lock(out):  # one comparison at a time writes into out
         done = _check_folders(out, plan, configs, budget)
