@@ -35,6 +35,17 @@ def launch(config: str, *args: str, launcher_args: tuple[str, ...] = (), env: di
         env=env or cpu_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def record_then_replay(worker: str, config: str, one: list[str], two: list[str], rollouts, timeout: int = 600) -> None:
+    """``worker one...`` in one process, recording its rollouts in the folder ``rollouts``; then
+    ``worker two...`` under :func:`launch` with ``config``, training on the recording
+    (tests/replay.py): an equivalence test then compares updates on the same rollouts."""
+    first = subprocess.run([sys.executable, worker, *one], env={**cpu_env(), "PODSRL_RECORD_ROLLOUTS": str(rollouts)},
+                           capture_output=True, text=True, timeout=timeout)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = launch(config, worker, *two, env={**cpu_env(), "PODSRL_REPLAY_ROLLOUTS": str(rollouts)}, timeout=timeout)
+    assert second.returncode == 0, second.stderr[-3000:]
+
+
 def cpu_env() -> dict:
     """Subprocesses on the CPU (even on a machine with a GPU), one thread per process: then a
     one-process run's kernels round as each rank's do."""

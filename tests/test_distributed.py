@@ -3,13 +3,11 @@ trained on the same rollouts (tests/replay.py): the one-process run records what
 two-process run samples too and trains on the recording."""
 
 import json
-import subprocess
-import sys
 
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, cpu_env, launch
+from conftest import REPO, launch, record_then_replay
 
 WORKER = str(REPO / "tests" / "distributed_worker.py")
 
@@ -23,13 +21,8 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
     # per process, so that the one-process run's kernels round as each rank's do (accelerate gives
     # each CPU rank one thread; Adam turns a rounding difference in a near-zero gradient into a
     # difference of up to lr in a weight)
-    rollouts = str(tmp_path / "rollouts")
-    one = subprocess.run([sys.executable, WORKER, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
-                         env={**cpu_env(), "PODSRL_RECORD_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = launch("cpu_2proc.yaml", WORKER, str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}",
-                 env={**cpu_env(), "PODSRL_REPLAY_ROLLOUTS": rollouts})
-    assert two.returncode == 0, two.stderr[-3000:]
+    record_then_replay(WORKER, "cpu_2proc.yaml", [str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
+                       [str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}"], tmp_path / "rollouts")
     a = json.loads((tmp_path / "one.json").read_text())
     b = json.loads((tmp_path / "two.json").read_text())
     assert [r["world"] for r in a] == [1, 1, 1] and [r["world"] for r in b] == [2, 2, 2]

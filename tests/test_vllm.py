@@ -19,7 +19,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, free_port, save_tiny_llama, subprocess_env
+from conftest import REPO, free_port, record_then_replay, save_tiny_llama, subprocess_env
 from fake_vllm import FakeLLM
 from podsrl import models
 from podsrl.config import RolloutConfig
@@ -502,16 +502,8 @@ def test_vllm_two_processes_match_one(tiny_vllm_model_dir, tmp_path):
     common = [f"model.name_or_path={tiny_vllm_model_dir}", "steps=2", "prompts_per_step=4", "n=4", "m=2",
               "task.test_size=6", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2", "loss_type=bnpo",
               "rewards=[rewards_for_tests:varied]", "rollout.engine=vllm", "rollout.kv_cache_mb=16"]
-    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    rollouts = str(tmp_path / "rollouts")
-    one = subprocess.run([sys.executable, worker, str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
-                         env={**env, "PODSRL_RECORD_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
-                          "--config_file", str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), worker,
-                          str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}"],
-                         env={**env, "PODSRL_REPLAY_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
-    assert two.returncode == 0, two.stderr[-3000:]
+    record_then_replay(worker, "cpu_2proc.yaml", [str(tmp_path / "one.json"), *common, f"output_dir={tmp_path / 'one'}"],
+                       [str(tmp_path / "two.json"), *common, f"output_dir={tmp_path / 'two'}"], tmp_path / "rollouts")
     a = json.loads((tmp_path / "one.json").read_text())
     b = json.loads((tmp_path / "two.json").read_text())
     assert [r["world"] for r in a] == [1, 1] and [r["world"] for r in b] == [2, 2]
@@ -572,16 +564,8 @@ def test_vllm_under_fsdp_with_uneven_ranks_trains_as_one_process(tiny_vllm_model
               "adaptive_n=true", "adaptive_round=2", "dynamic_sampling=true", "dynamic_sampling_rounds=2",
               "task.test_size=1", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2", "loss_type=bnpo",
               "rewards=[rewards_for_tests:varied]", "rollout.engine=vllm", "rollout.kv_cache_mb=16"]
-    env = {**subprocess_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    rollouts = str(tmp_path / "rollouts")
-    one = subprocess.run([sys.executable, worker, str(tmp_path / "one"), *common, f"output_dir={tmp_path / 'one-run'}"],
-                         env={**env, "PODSRL_RECORD_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()),
-                          "--config_file", str(REPO / "configs" / "accelerate" / "fsdp_cpu_2proc.yaml"), worker,
-                          str(tmp_path / "two"), *common, f"output_dir={tmp_path / 'two-run'}"],
-                         env={**env, "PODSRL_REPLAY_ROLLOUTS": rollouts}, capture_output=True, text=True, timeout=600)
-    assert two.returncode == 0, two.stderr[-3000:]
+    record_then_replay(worker, "fsdp_cpu_2proc.yaml", [str(tmp_path / "one"), *common, f"output_dir={tmp_path / 'one-run'}"],
+                       [str(tmp_path / "two"), *common, f"output_dir={tmp_path / 'two-run'}"], tmp_path / "rollouts")
     single = json.loads((tmp_path / "one" / "rank0.json").read_text())
     ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(r["distributed_type"] == "DistributedType.FSDP" and r["unshards"] == 0 for r in ranks)
