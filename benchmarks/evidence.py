@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -66,28 +65,27 @@ def run(comparison: str) -> int:
 
 
 def report() -> None:
-    """Max-variance's optimizer steps to GRPO's seed-mean peak over random's, on (a)'s runs, with a
-    95% paired bootstrap interval over seeds (a resample where random never reaches it: ratio 0;
+    """Max-variance's optimizer steps to GRPO's seed-mean peak over random's, on (a)'s runs, with
+    compare's 95% paired bootstrap over seeds (a resample where random never reaches it: ratio 0;
     where max-variance never does: infinite)."""
-    from podsrl.compare import crossing, mean_curve, mean_peak, read_evals
+    from podsrl.compare import bootstrap, crossing, mean_curve, mean_peak, read_evals
 
     task, _ = chosen()
     out = ROOT / "benchmarks" / "results" / f"evidence_a_{task}"
-    seeds = COMPARISONS["a"]["seeds"]
-    curves = {m: [read_evals(out / m / f"seed-{s}", "cpu")[0] for s in range(seeds)] for m in ("grpo", "pods", "pods-random")}
+    seeds = range(COMPARISONS["a"]["seeds"])
+    grpo, pods, rand = ([read_evals(out / m / f"seed-{s}", "cpu")[0] for s in seeds] for m in ("grpo", "pods", "pods-random"))
 
-    def ratio(idx: list[int]) -> float:
-        pick = {m: [c[i] for i in idx] for m, c in curves.items()}
-        target, _ = mean_peak(pick["grpo"], "step")
-        steps = {m: crossing(mean_curve(pick[m], "step"), target) for m in ("pods", "pods-random")}
-        if steps["pods"] is None:
+    def ratio(grpo_curves, pairs) -> float:  # pairs: (pods, random) of the same seed, resampled together
+        target, _ = mean_peak(grpo_curves, "step")
+        steps = [crossing(mean_curve(list(curves), "step"), target) for curves in zip(*pairs)]
+        if steps[0] is None:
             return float("inf")
-        return 0.0 if steps["pods-random"] is None else steps["pods"] / steps["pods-random"]
+        return 0.0 if steps[1] is None else steps[0] / steps[1]
 
-    rng = random.Random(0)
-    draws = sorted(ratio([rng.randrange(seeds) for _ in range(seeds)]) for _ in range(2000))
-    print(f"max-variance / random, optimizer steps to GRPO's peak: {ratio(list(range(seeds))):.2f} "
-          f"[{draws[50]:.2f}-{draws[1949]:.2f}] (95%, paired bootstrap over {seeds} seeds)")
+    pairs = list(zip(pods, rand))
+    low, high = bootstrap(ratio, grpo, pairs)
+    print(f"max-variance / random, optimizer steps to GRPO's peak: {ratio(grpo, pairs):.2f} [{low:.2f}-{high:.2f}] "
+          f"(95%, paired bootstrap over {len(pairs)} seeds)")
 
 
 def main() -> None:
