@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import REPO, last_wins
-from podsrl.compare import bootstrap_speedup, parse_methods, summarise, write_reports
+from podsrl.compare import bootstrap_speedup, finished_at, parse_methods, summarise, write_reports
 from podsrl.config import load_config
 from podsrl.errors import PodsError
 
@@ -186,6 +186,8 @@ def test_times_on_the_cpu_clock(tmp_path):
     write_run(tmp_path / "old" / "grpo" / "seed-0", [(0, 0.2), (10, 0.5)])
     with pytest.raises(PodsError, match="lacks train_cpu_seconds"):
         summarise(tmp_path / "old", ["grpo"], 1, clock="cpu")
+    with pytest.raises(PodsError, match="lacks train_cpu_seconds"):  # compare --clock cpu reusing such a run
+        finished_at(tmp_path / "old" / "grpo" / "seed-0", "train_cpu_seconds")
 
 
 def test_an_interrupted_run_resumes_from_its_last_save_every_checkpoint(tiny_model_dir, tmp_path, monkeypatch):

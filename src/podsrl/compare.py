@@ -278,7 +278,7 @@ def finished_at(run_dir: Path, key: str = "train_seconds") -> float | None:
     without metrics."""
     if not (run_dir / "metrics.jsonl").is_file():
         return None
-    evals, _ = read_evals(run_dir)
+    evals, _ = read_evals(run_dir, "cpu" if key == CLOCKS["cpu"] else "wall")  # metrics without CPU time: one line
     return evals[-1][key] if evals else None
 
 
