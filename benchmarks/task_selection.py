@@ -92,10 +92,11 @@ def training_elsewhere(out: Path) -> bool:
     needle = f"output_dir={out}".encode()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if needle in cmdline.read_bytes() and b"train" in cmdline.read_bytes():
-                return True
-        except OSError:
+            args = cmdline.read_bytes()
+        except OSError:  # the process ended
             continue
+        if needle in args and b"train" in args:
+            return True
     return False
 
 
