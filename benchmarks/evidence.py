@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "summary.json"
 CONFIGS = {"arithmetic_2digit": "configs/arithmetic_2digit.yaml", "letter_counting": "configs/gym_letter_counting.yaml",
            "chain_sum": "configs/gym_chain_sum.yaml"}
-COMMON = ["--steps", "60", "--eval-every", "5", "--clock", "cpu", "--keep", "metrics", "--save-every", "10"]
+COMMON = ["--steps", "60", "--eval-every", "5", "--clock", "cpu", "--keep", "metrics", "--save-every", "10", "--jobs", "2"]
 COMPARISONS = {
     "a": dict(methods="grpo,pods,pods-random:rule=random", seeds=8, reference="grpo", overrides=["n=32", "m=8"]),
     "b": dict(methods="grpo-ga,pods", seeds=5, reference="grpo-ga", overrides=["n=32", "m=8"]),
@@ -57,11 +57,27 @@ def run(comparison: str) -> int:
     # the candidate's config without the keys compare sets itself (steps, the evaluation schedule)
     settings = {k: v for k, v in yaml.safe_load((ROOT / CONFIGS[task]).read_text()).items() if k not in ("steps", "eval_every")}
     (out / "task.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    if comparison == "b":  # (a)'s PODS runs of seeds 0-4 have (b)'s settings: taken, not trained again
+        reuse_pods_runs(ROOT / "benchmarks" / "results" / f"evidence_a_{task}", out, spec["seeds"])
     cmd = [sys.executable, "-m", "podsrl", "compare", str(out / "task.yaml"), "mode=pods", f"lr={lr}", "threads=1",
            "task.test_size=500", "prompts_per_step=4", *spec["overrides"], "--methods", spec["methods"],
            "--seeds", str(spec["seeds"]), "--reference", spec["reference"], *COMMON, "--out", str(out)]
     print(" ".join(cmd[2:]), flush=True)
     return subprocess.run(cmd, cwd=ROOT).returncode
+
+
+def reuse_pods_runs(source: Path, out: Path, seeds: int) -> None:
+    """Copy (a)'s finished PODS runs into (b)'s folder; compare checks each copy's recorded config
+    against (b)'s before it counts the run as done (and refuses a mismatch)."""
+    import shutil
+
+    from podsrl.compare import finished_at
+
+    for seed in range(seeds):
+        run, there = source / "pods" / f"seed-{seed}", out / "pods" / f"seed-{seed}"
+        if not there.exists() and run.is_dir() and (finished_at(run, "step") or 0) >= 60:
+            shutil.copytree(run, there)
+            print(f"pods seed {seed}: taken from {run.relative_to(ROOT)}", flush=True)
 
 
 def report() -> None:

@@ -834,3 +834,43 @@ def test_a_path_component_too_long(capsys, tmp_path, command):
     args = [f"output_dir={long}"] if command == "train" else ["--out", str(long)]
     code, err = cli(capsys, command, *args)
     assert_one_error(code, err, "File name too long")
+
+
+@pytest.mark.parametrize("sent,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_compare_with_jobs_ends_its_runs_processes_on_ctrl_c_keeping_their_checkpoints(tmp_path, tiny_model_dir, sent,
+                                                                                      code, said):
+    """compare --jobs 2: Ctrl-C or SIGTERM to compare alone ends both runs' processes, each
+    keeping its steps and last checkpoint, says so in one line, and leaves no process behind."""
+    out = tmp_path / "cmp"
+    proc = start("compare", f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=2", "m=2",
+                 "task.test_size=2", "rollout.max_new_tokens=2", "progress=false", "threads=1",
+                 "rewards=[rewards_for_tests:varied]", "--methods", "grpo", "--seeds", "3", "--steps", "100000",
+                 "--save-every", "1", "--jobs", "2", "--out", str(out), cwd=tmp_path)
+    for seed in (0, 1):
+        wait_for_step(proc, out / "grpo" / f"seed-{seed}", 2)
+    runs = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if parent_of(pid) == proc.pid]
+    assert len(runs) >= 2  # the two runs' processes (and multiprocessing's resource tracker)
+    proc.send_signal(sent)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == code and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"podsrl: {said}; ") and last.count("(resume=true continues from it)") == 2, last
+    for seed in (0, 1):
+        assert f"{out / 'grpo' / f'seed-{seed}'} keeps its metrics and the checkpoint of step" in last
+        assert list((out / "grpo" / f"seed-{seed}" / "checkpoints").glob("step-*"))
+    assert not (out / "grpo" / "seed-2").exists()
+    for pid in runs:  # no run's process outlives compare
+        for _ in range(100):  # the resource tracker ends once its pipe closes
+            if parent_of(pid) is None:
+                break
+            time.sleep(0.1)
+        assert parent_of(pid) is None, f"process {pid} outlived compare"
+
+
+def parent_of(pid: int) -> int | None:
+    """A live process's parent (None where it has ended)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[1])

@@ -467,3 +467,40 @@ def test_compare_refuses_the_settings_it_sets_itself(capsys, tmp_path, args, mes
     """They were replaced without a word, while compare.yaml recorded them as given."""
     one_error(*cli(capsys, "compare", *args, "--out", str(tmp_path / "out")), message)
     assert not (tmp_path / "out").exists()
+
+
+def test_jobs_train_each_run_in_a_process_of_its_own_with_the_same_results(tiny_model_dir, tmp_path, monkeypatch):
+    """--jobs 2: the runs train in spawned processes (this one's train is never called) and give
+    the records one at a time gives, on the same machine, to the last bit."""
+    import podsrl.trainer as trainer_module
+    from podsrl.compare import run_all
+
+    args = [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
+            "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]", "threads=1"]
+    run_all(None, args, ["grpo,pods"], 2, None, tmp_path / "one", None, steps=2, eval_every=1)
+
+    def not_here(c, accelerator=None):
+        raise AssertionError("trained in the comparing process")
+
+    monkeypatch.setattr(trainer_module, "train", not_here)
+    run_all(None, args, ["grpo,pods"], 2, None, tmp_path / "two", None, steps=2, eval_every=1, jobs=2)
+    measured = ("_s", "_seconds", "_mb")  # times and memory: the rest of a record is computed
+    for method in ("grpo", "pods"):
+        for seed in (0, 1):
+            rows = [[{k: v for k, v in json.loads(line).items() if not k.endswith(measured)}
+                     for line in (tmp_path / folder / method / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()]
+                    for folder in ("one", "two")]
+            assert rows[0] == rows[1] and [r["step"] for r in rows[1] if "eval_accuracy" in r] == [0, 1, 2]
+    assert not list((tmp_path / "two").glob("*/seed-*/checkpoints"))  # pruned as one at a time prunes
+
+
+def test_a_run_failing_in_its_process_stops_the_queue_and_says_why(tiny_model_dir, tmp_path):
+    from podsrl.compare import run_all
+
+    args = [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
+            "rollout.max_new_tokens=4", "progress=false", "threads=1", "rewards=[rewards_for_tests:raises]"]
+    with pytest.raises(PodsError, match="reward 'rewards_for_tests:raises' raised ValueError: no answer column"):
+        run_all(None, args, ["grpo"], 3, None, tmp_path / "cmp", None, steps=2, eval_every=1, jobs=2)
+    assert not (tmp_path / "cmp" / "grpo" / "seed-2").exists()  # queued behind the failures: never started
+    with pytest.raises(PodsError, match="--jobs must be >= 1"):
+        run_all(None, args, ["grpo"], 1, None, tmp_path / "x", None, steps=2, eval_every=1, jobs=0)

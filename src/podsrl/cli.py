@@ -143,7 +143,8 @@ def cmd_compare(args) -> int:
             raise PodsError(f"--eval-every-s must be a number > 0, got {args.eval_every_s}")
     summary = run_all(*_split(args), args.methods, args.seeds, args.budget_minutes, Path(args.out), args.eval_every_s,
                       keep=args.keep, allow_config_change=args.allow_config_change, steps=args.steps,
-                      eval_every=args.eval_every, reference=args.reference, clock=args.clock, save_every=args.save_every)
+                      eval_every=args.eval_every, reference=args.reference, clock=args.clock, save_every=args.save_every,
+                      jobs=args.jobs)
     _warn_missing(summary)
     print((Path(args.out) / "summary.md").read_text(), end="")
     return 0 if summary["methods"] else 1
@@ -218,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="the clock of the budget and the times: wall seconds (default), or the training process's "
                    "CPU seconds, which other jobs on a shared CPU machine bend far less (with threads=1)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="train this many runs at a time, each in its own process (default 1); give each threads=K "
+                   "so that jobs x K fits the cores")
     p.add_argument("--out", default="compare", help="output folder (runs, summary, plots); rerun to resume or extend")
     p.add_argument("--keep", choices=["metrics", "model", "checkpoint"], default="metrics",
                    help="what a finished run keeps besides its config and logs: nothing more (default), its final model "

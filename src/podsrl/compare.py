@@ -7,11 +7,13 @@ A method is a name plus config overrides. Built in: ``grpo`` (mode=grpo, n = the
 (``pods-random:rule=random``). The others are timed to the reference method's seed-mean peak
 (``grpo``, or ``--reference``). Runs live in ``<out>/<method>/seed-<s>``; a finished run is kept,
 an unfinished one resumes, and a larger budget extends every run from its last checkpoint.
+``--jobs N`` trains N runs at a time, each in its own process.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
@@ -26,6 +28,7 @@ from podsrl.config import load_config
 from podsrl.errors import PodsError, first_line
 from podsrl.sampling import COUNTS
 
+log = logging.getLogger(__name__)
 BUILTIN = {"grpo": lambda c: ["mode=grpo", f"n={c.m}"], "pods": lambda c: ["mode=pods"], "grpo-ga": lambda c: ["mode=grpo-ga"]}
 METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 RECORD = "compare.yaml"
@@ -95,13 +98,15 @@ def speedup(grpo_time: float | None, time: float | None) -> float | None:
 def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
             budget_minutes: float | None, out: Path, eval_every_s: float | None, keep: str = "metrics",
             allow_config_change: bool = False, steps: int | None = None, eval_every: int | None = None,
-            reference: str = "grpo", clock: str = "wall", save_every: int = 0) -> dict:
+            reference: str = "grpo", clock: str = "wall", save_every: int = 0, jobs: int = 1) -> dict:
     """Train every method for every seed, then summarise. The budget is training time
     (``budget_minutes``, evaluating every ``eval_every_s`` seconds of it, on the ``clock``: wall
     or the training process's CPU seconds) or optimizer steps (``steps``, evaluating every
     ``eval_every`` steps: curves matched step for step). Time is reported on ``clock``. Each run
     saves a checkpoint at its end, and every ``save_every`` steps where that is > 0, so that an
-    interrupted run resumes from its last one."""
+    interrupted run resumes from its last one. ``jobs`` runs train at a time, each in a process of
+    its own where it is > 1 (the runs are the same as one at a time: each seeds itself; give each
+    ``threads`` so that jobs x threads fits the cores)."""
     from podsrl.rundir import comparison_lock
 
     try:
@@ -111,6 +116,8 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
         raise PodsError(f"cannot use --out {out}: {e.strerror or e}") from None
     if keep not in KEEP:
         raise PodsError(f"keep must be one of {', '.join(KEEP)}, got {keep!r}")
+    if jobs < 1:
+        raise PodsError(f"--jobs must be >= 1, got {jobs}")
     base = load_config(config_path, overrides)
     methods = parse_methods(method_specs, base, reference)
     _refuse_settings_of_compare(config_path, overrides, methods)
@@ -127,11 +134,14 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
             *overrides, *methods[method], f"seed={seed}", f"output_dir={out / method / f'seed-{seed}'}", *schedule,
             f"save_every={save_every or 10**9}", f"allow_config_change={allow_config_change}",
         ], baseline=base)  # a setting of the shared config is checked there, for the methods that use it
+    if jobs > 1 and any(c.threads is None for c in configs.values()):
+        log.warning(f"--jobs {jobs}: each run uses torch's default threads (one per core); set threads=K so that "
+                    f"{jobs} x K fits the cores")
     with comparison_lock(out):  # one comparison at a time writes into out
         done = _check_folders(out, plan, configs, budget)
         _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s, steps, eval_every,
                 reference, clock)
-        _train_plan(out, plan, configs, done, budget, keep)
+        _train_plan(out, plan, configs, done, budget, keep, jobs)
         summary = summarise(out, list(_recorded_methods(out) or methods), seeds, reference, clock)
         write_reports(out, summary)
     return summary
@@ -163,13 +173,14 @@ def _check_folders(out: Path, plan: list, configs: dict, budget: Budget) -> dict
     return done
 
 
-def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget, keep: str) -> None:
-    """Train each run of ``plan`` that is not done: resumed from its checkpoint, or from step 0."""
+def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget, keep: str, jobs: int = 1) -> None:
+    """Train each run of ``plan`` that is not done: resumed from its checkpoint, or from step 0;
+    ``jobs`` at a time, each in a spawned process of its own where ``jobs`` > 1."""
     from podsrl.checkpoint import latest_checkpoint
     from podsrl.rundir import discard_unfinished, finished_steps
-    from podsrl.trainer import train
 
     total, unit = budget.total, budget.unit
+    todo = []
     for i, (method, seed) in enumerate(plan, 1):
         c, run_dir = configs[method, seed], out / method / f"seed-{seed}"
         if done[method, seed] is not None and done[method, seed] >= total:
@@ -182,9 +193,82 @@ def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget
                 print(f"[{i}/{len(plan)}] {method} seed {seed}: its earlier run stopped after step {kept} without a "
                       "checkpoint: training it again from step 0 (its metrics replaced)", flush=True)
             discard_unfinished(run_dir)
-        print(f"[{i}/{len(plan)}] {method} seed {seed}: training for {total:.0f}{unit}", flush=True)
-        train(c)
-        prune(run_dir, keep)
+        todo.append((f"[{i}/{len(plan)}] {method} seed {seed}: training for {total:.0f}{unit}", c, run_dir))
+    if jobs == 1:
+        for line, c, run_dir in todo:
+            _train_and_prune(line, c, run_dir, keep)
+        return
+    _train_in_processes(todo, keep, jobs)
+
+
+def _train_and_prune(line: str, c, run_dir: Path, keep: str) -> None:
+    """One run of a comparison (``line`` says that it starts)."""
+    from podsrl.trainer import train
+
+    print(line, flush=True)
+    train(c)
+    prune(run_dir, keep)
+
+
+def _train_in_processes(todo: list, keep: str, jobs: int) -> None:
+    """Train ``todo``'s runs ``jobs`` at a time, each in a spawned process. A run that fails stops
+    the queue (the runs in flight finish) and its error is raised here. Only this process takes
+    Ctrl-C or SIGTERM: it ends the runs in flight with SIGTERM, which each takes as Ctrl-C (its
+    finished steps and last checkpoint kept), and raises the interruption with what they kept."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    ctx = multiprocessing.get_context("spawn")
+    queue, running, failure = list(todo), {}, None
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                line, c, run_dir = queue.pop(0)
+                receive, send = ctx.Pipe(duplex=False)
+                process = ctx.Process(target=_run_in_child, args=(send, line, c, run_dir, keep))
+                process.start()
+                send.close()
+                running[process.sentinel] = process, receive
+            for sentinel in wait(list(running)):
+                process, receive = running.pop(sentinel)
+                error = _outcome(process, receive)
+                if error is not None and failure is None:
+                    failure, queue = error, []
+    except KeyboardInterrupt as e:
+        for process, _ in running.values():
+            process.terminate()
+        kept = [str(error) for error in (_outcome(p, r) for p, r in running.values()) if error is not None and str(error)]
+        raise type(e)("; ".join(kept)) from None
+    if failure is not None:
+        raise failure
+
+
+def _outcome(process, receive) -> BaseException | None:
+    """What a child run ended with: None where it finished."""
+    process.join()
+    try:
+        return receive.recv()
+    except EOFError:  # it died without a word (killed; its own traceback is on stderr)
+        return PodsError(f"a compare run ended with exit code {process.exitcode}")
+
+
+def _run_in_child(send, line: str, c, run_dir: Path, keep: str) -> None:
+    import signal
+
+    from podsrl.cli import _quiet_logging, _terminate
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent takes Ctrl-C and ends this run with SIGTERM
+    signal.signal(signal.SIGTERM, _terminate)
+    _quiet_logging()
+    try:
+        _train_and_prune(line, c, run_dir, keep)
+    except (PodsError, KeyboardInterrupt) as e:
+        send.send(e)
+        return
+    except BaseException as e:
+        send.send(PodsError(f"{run_dir}: {type(e).__name__}: {first_line(e)}"))
+        raise  # its traceback on stderr: a bug, not bad input
+    send.send(None)
 
 
 def _refuse_settings_of_compare(config_path: str | None, overrides: list[str], methods: dict[str, list[str]]) -> None:
