@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "summary.json"
 CONFIGS = {"arithmetic_2digit": "configs/arithmetic_2digit.yaml", "letter_counting": "configs/gym_letter_counting.yaml",
            "chain_sum": "configs/gym_chain_sum.yaml"}
-COMMON = ["--steps", "60", "--eval-every", "5", "--clock", "cpu", "--keep", "metrics", "--save-every", "10", "--jobs", "2"]
+STEPS = 60
+COMMON = ["--steps", str(STEPS), "--eval-every", "5", "--clock", "cpu", "--keep", "metrics", "--save-every", "10", "--jobs", "2"]
 COMPARISONS = {
     "a": dict(methods="grpo,pods,pods-random:rule=random", seeds=8, reference="grpo", overrides=["n=32", "m=8"]),
     "b": dict(methods="grpo-ga,pods", seeds=5, reference="grpo-ga", overrides=["n=32", "m=8"]),
@@ -75,7 +76,7 @@ def reuse_pods_runs(source: Path, out: Path, seeds: int) -> None:
 
     for seed in range(seeds):
         run, there = source / "pods" / f"seed-{seed}", out / "pods" / f"seed-{seed}"
-        if not there.exists() and run.is_dir() and (finished_at(run, "step") or 0) >= 60:
+        if not there.exists() and run.is_dir() and (finished_at(run, "step") or 0) >= STEPS:
             shutil.copytree(run, there)
             print(f"pods seed {seed}: taken from {run.relative_to(ROOT)}", flush=True)
 

@@ -3,11 +3,11 @@ and the worker pool ending with the run."""
 
 import multiprocessing
 import sys
-import time
 
 import pytest
 import torch
 
+from conftest import ended_within, running
 from podsrl.errors import PodsError
 from podsrl.rewards import REWARDS, load_reward
 from podsrl.rewards.scorer import Scorer
@@ -75,22 +75,6 @@ def test_a_failure_that_a_second_try_recovers_costs_nothing(tmp_path):
     result = score(fn, [1.0], ["a", "b", "c", "d"], n=2, flag=[str(tmp_path / "f"), str(tmp_path / "g")])
     assert result.rewards.tolist() == [[1.0, 1.0], [1.0, 1.0]]
     assert result.timeouts == 0 and result.retried == 4
-
-
-def running(pid: int) -> bool:
-    """Whether process ``pid`` exists and has not ended (a zombie has)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def ended_within(pids: list[int], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while any(map(running, pids)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not any(map(running, pids))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

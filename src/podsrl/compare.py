@@ -244,12 +244,15 @@ def _train_in_processes(todo: list, keep: str, jobs: int) -> None:
 
 
 def _outcome(process, receive) -> BaseException | None:
-    """What a child run ended with: None where it finished."""
-    process.join()
+    """What a child run ended with: None where it finished. Its word is read before it is joined
+    (a child blocked on a full pipe would never end)."""
     try:
-        return receive.recv()
+        word = receive.recv()
     except EOFError:  # it died without a word (killed; its own traceback is on stderr)
+        process.join()
         return PodsError(f"a compare run ended with exit code {process.exitcode}")
+    process.join()
+    return word
 
 
 def _run_in_child(send, line: str, c, run_dir: Path, keep: str) -> None:
