@@ -3,7 +3,7 @@
 
     python benchmarks/evidence.py a     # GRPO vs PODS (max-variance) vs PODS (random), 8 seeds, step-matched
     python benchmarks/evidence.py b     # GRPO-GA vs PODS at the same n, 5 seeds, times on the CPU clock
-    python benchmarks/evidence.py report  # (a)'s max-variance against random, with its interval
+    python benchmarks/evidence.py report a  # (a)'s figures, targets and per-seed table: report.md (also: report b)
 
 Both read the chosen task and its learning rate from benchmarks/results/task_selection/summary.json
 and refuse to run before a task has been chosen. The settings are the selection's (n = 8 for GRPO,
@@ -81,51 +81,100 @@ def reuse_pods_runs(source: Path, out: Path, seeds: int) -> None:
             print(f"pods seed {seed}: taken from {run.relative_to(ROOT)}", flush=True)
 
 
-def report() -> None:
-    """(a)'s extra figures, written to its folder's report.md: max-variance's optimizer steps to
-    GRPO's seed-mean peak over random's, with compare's 95% paired bootstrap over seeds (a resample
-    where random never reaches it: ratio 0; where max-variance never does: infinite); and the
-    speed-ups on wall time from the same runs beside those on the CPU clock."""
-    from podsrl.compare import bootstrap, crossing, mean_curve, mean_peak, read_evals, summarise
+def report(comparison: str, out: Path | None = None) -> str:
+    """A comparison's figures for its page, written to its folder's report.md (and printed): per
+    method the optimizer steps to the reference's seed-mean peak and their ratio, the speed-ups on
+    the CPU clock and on wall time from the same runs, each with compare's 95% paired bootstrap
+    over seeds, and the step-time split; for (a), max-variance's steps to GRPO's peak over
+    random's, with its paired interval (a resample where random never reaches it: ratio 0; where
+    max-variance never does: infinite); the per-seed figures; and each target, met or missed.
+    Runs not finished are named, so it can be read while the runs go on. ``out``: the
+    comparison's folder (default: the chosen task's). Returns the text."""
+    from podsrl.compare import bootstrap, crossing, finished_at, mean_curve, mean_peak, read_evals, summarise
 
-    task, _ = chosen()
-    out = ROOT / "benchmarks" / "results" / f"evidence_a_{task}"
-    seeds = COMPARISONS["a"]["seeds"]
-    grpo, pods, rand = ([read_evals(out / m / f"seed-{s}", "cpu")[0] for s in range(seeds)]
-                        for m in ("grpo", "pods", "pods-random"))
+    spec = COMPARISONS[comparison]
+    out = out or ROOT / "benchmarks" / "results" / f"evidence_{comparison}_{chosen()[0]}"
+    methods = [m.split(":")[0] for m in spec["methods"].split(",")]
+    seeds, reference = spec["seeds"], spec["reference"]
+    by_clock = {clock: summarise(out, methods, seeds, reference, clock) for clock in ("cpu", "wall")}
+    cpu, wall = by_clock["cpu"], by_clock["wall"]
+    fmt = lambda v, spec=".2f": "n/a" if v is None else format(v, spec)
+    with_ci = lambda v, ci: fmt(v) + (f" [{fmt(ci[0])}–{fmt(ci[1])}]" if ci else "")
+    lines = [f"Comparison ({comparison}), {out.name}: {reference}'s seed-mean peak {fmt(cpu['reference_peak_accuracy'], '.3f')}; "
+             f"95% paired bootstrap intervals over seeds.", "",
+             f"| method | seeds | peak acc (seed mean) | steps to {reference}'s peak | step ratio vs {reference} [95% CI] "
+             f"| speed-up, CPU clock [95% CI] | speed-up, wall clock [95% CI] | step CPU s | gen s/step | update s/step |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for m in methods:
+        r, w = cpu["methods"][m], wall["methods"][m]
+        lines.append(f"| {m} | {len(r['per_seed'])} | {fmt(r['peak_accuracy'], '.3f')} | {fmt(r['steps_to_reference_peak'], '.1f')} "
+                     f"| {with_ci(r['step_ratio_vs_reference'], r['step_ratio_vs_reference_ci95'])} "
+                     f"| {with_ci(r['speedup_vs_reference'], r['speedup_vs_reference_ci95'])} "
+                     f"| {with_ci(w['speedup_vs_reference'], w['speedup_vs_reference_ci95'])} "
+                     f"| {fmt(r['step_s'], '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['update_s_per_step'], '.1f')} |")
+    lines += ["", "Step CPU s: the training process's CPU seconds a step (evaluation excluded); the generation and "
+              "update split is in wall seconds, two runs at a time on the machine's two cores (compare --jobs 2, "
+              "threads=1 each)."]
+    targets = []
+    if comparison == "a":
+        curves = {m: [read_evals(out / m / f"seed-{p['seed']}", "cpu")[0] for p in cpu["methods"][m]["per_seed"]] for m in methods}
+        both = sorted({p["seed"] for p in cpu["methods"]["pods"]["per_seed"]} & {p["seed"] for p in cpu["methods"]["pods-random"]["per_seed"]}
+                      & {p["seed"] for p in cpu["methods"]["grpo"]["per_seed"]})
+        runs = {m: {p["seed"]: c for p, c in zip(cpu["methods"][m]["per_seed"], curves[m])} for m in methods}
 
-    def ratio(grpo_curves, pairs) -> float:  # pairs: (pods, random) of the same seed, resampled together
-        target, _ = mean_peak(grpo_curves, "step")
-        steps = [crossing(mean_curve(list(curves), "step"), target) for curves in zip(*pairs)]
-        if steps[0] is None:
-            return float("inf")
-        return 0.0 if steps[1] is None else steps[0] / steps[1]
+        def ratio(grpo_curves, pairs) -> float:  # pairs: (pods, random) of the same seed, resampled together
+            target, _ = mean_peak(grpo_curves, "step")
+            steps = [crossing(mean_curve(list(c), "step"), target) for c in zip(*pairs)]
+            if steps[0] is None:
+                return float("inf")
+            return 0.0 if steps[1] is None else steps[0] / steps[1]
 
-    pairs = list(zip(pods, rand))
-    low, high = bootstrap(ratio, grpo, pairs)
-    lines = [f"max-variance / random, optimizer steps to GRPO's seed-mean peak: {ratio(grpo, pairs):.2f} "
-             f"[{low:.2f}-{high:.2f}] (95%, paired bootstrap over {len(pairs)} seeds)", "",
-             "| method | speed-up vs GRPO, CPU clock [95% CI] | speed-up vs GRPO, wall clock [95% CI] |", "|---|---|---|"]
-    by_clock = {clock: summarise(out, ["grpo", "pods", "pods-random"], seeds, "grpo", clock) for clock in ("cpu", "wall")}
-    for method in ("grpo", "pods", "pods-random"):
-        cells = []
-        for clock in ("cpu", "wall"):
-            r = by_clock[clock]["methods"][method]
-            ci = r["speedup_vs_reference_ci95"]
-            cells.append("n/a" if r["speedup_vs_reference"] is None else
-                         f"{r['speedup_vs_reference']:.2f}" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""))
-        lines.append(f"| {method} | {' | '.join(cells)} |")
-    lines += ["", "Wall time: two runs at a time on the machine's two cores (compare --jobs 2, threads=1 each)."]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        grpo = [runs["grpo"][s] for s in both]
+        pairs = [(runs["pods"][s], runs["pods-random"][s]) for s in both]
+        mv = ratio(grpo, pairs) if both else None
+        mv_ci = bootstrap(ratio, grpo, pairs)
+        lines += ["", f"max-variance / random, optimizer steps to GRPO's seed-mean peak: {with_ci(mv, mv_ci)} "
+                  f"(seeds {', '.join(map(str, both)) or 'none yet'})"]
+        pods = cpu["methods"]["pods"]
+        ci = pods["step_ratio_vs_reference_ci95"]
+        targets = [("PODS reaches GRPO's peak in at most 0.6x GRPO's steps, the interval's upper end below 1.0",
+                    pods["step_ratio_vs_reference"] is not None and pods["step_ratio_vs_reference"] <= 0.6 and ci is not None and ci[1] < 1.0),
+                   ("max-variance needs fewer steps than random, the interval excluding 1.0",
+                    mv is not None and mv < 1.0 and mv_ci is not None and mv_ci[1] < 1.0)]
+    else:
+        pods = cpu["methods"]["pods"]
+        ci = pods["speedup_vs_reference_ci95"]
+        targets = [("PODS reaches GRPO-GA's peak at least 1.7x sooner (CPU clock), the interval's lower end above 1.0",
+                    pods["speedup_vs_reference"] is not None and pods["speedup_vs_reference"] >= 1.7 and ci is not None and ci[0] > 1.0)]
+    lines += ["", "| target | result |", "|---|---|"]
+    unfinished = [f"{m} seed {s}" for m in methods for s in range(seeds)
+                  if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
+    complete = not unfinished
+    lines += [f"| {t} | {('met' if ok else 'missed') if complete else ('so far met' if ok else 'so far missed')} |" for t, ok in targets]
+    # per seed: each method against the same seed's reference run (that run's own peak)
+    lines += ["", f"Per seed, against the same seed's {reference} run: its own peak, then each method's optimizer steps "
+              f"to that peak (linear between evaluations) and training CPU seconds to it (n/a: never reached).", "",
+              f"| seed | {reference}'s peak | " + " | ".join(f"{m} steps | {m} CPU s" for m in methods) + " |",
+              "|---|---|" + "---|---|" * len(methods)]
+    for s in sorted(cpu["reference_peak_accuracy_per_seed"]):
+        row = {m: next((p for p in cpu["methods"][m]["per_seed"] if p["seed"] == s), None) for m in methods}
+        cells = [f"{fmt(row[m] and row[m]['steps_to_reference_peak'], '.1f')} | {fmt(row[m] and row[m]['time_to_reference_peak_s'], '.0f')}"
+                 for m in methods]
+        lines.append(f"| {s} | {fmt(cpu['reference_peak_accuracy_per_seed'][s], '.3f')} | " + " | ".join(cells) + " |")
+    if unfinished:
+        lines += ["", f"Not finished yet (their figures, where shown, are from the steps so far): {', '.join(unfinished)}."]
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    return text
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=[*sorted(COMPARISONS), "report"])
+    parser.add_argument("comparison", nargs="?", choices=sorted(COMPARISONS), default="a", help="which comparison report reads")
     args = parser.parse_args()
     if args.what == "report":
-        report()
+        print(report(args.comparison), end="")
     else:
         sys.exit(run(args.what))
 

@@ -122,7 +122,7 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     methods = parse_methods(method_specs, base, reference)
     _refuse_settings_of_compare(config_path, overrides, methods)
     if steps is not None:  # a run's progress is its optimizer steps
-        budget = Budget(steps, "step", "steps")
+        budget = Budget(steps, "step", " steps")
         schedule = [f"steps={steps}", f"eval_every={eval_every}", "time_budget_s=0", "eval_every_s=0", f"clock={clock}"]
     else:
         budget = Budget(budget_minutes * 60, CLOCKS[clock], "s")
