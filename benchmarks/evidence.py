@@ -88,20 +88,23 @@ def report(comparison: str, out: Path | None = None) -> str:
     over seeds, and the step-time split; for (a), max-variance's steps to GRPO's peak over
     random's, with its paired interval (a resample where random never reaches it: ratio 0; where
     max-variance never does: infinite); the per-seed figures; and each target, met or missed.
-    Runs not finished are named, so it can be read while the runs go on. ``out``: the
-    comparison's folder (default: the chosen task's). Returns the text."""
+    While the runs go on, the figures are over the seeds whose runs have all finished (the runs
+    train seed by seed), and the others are named. ``out``: the comparison's folder (default: the
+    chosen task's). Returns the text."""
     from podsrl.compare import bootstrap, crossing, finished_at, mean_curve, mean_peak, read_evals, summarise
 
     spec = COMPARISONS[comparison]
     out = out or ROOT / "benchmarks" / "results" / f"evidence_{comparison}_{chosen()[0]}"
     methods = [m.split(":")[0] for m in spec["methods"].split(",")]
     seeds, reference = spec["seeds"], spec["reference"]
-    by_clock = {clock: summarise(out, methods, seeds, reference, clock) for clock in ("cpu", "wall")}
+    unfinished = [(m, s) for s in range(seeds) for m in methods if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
+    done = min([s for _, s in unfinished], default=seeds)  # seeds 0 .. done-1 have finished every method
+    by_clock = {clock: summarise(out, methods, done, reference, clock) for clock in ("cpu", "wall")}
     cpu, wall = by_clock["cpu"], by_clock["wall"]
     fmt = lambda v, spec=".2f": "n/a" if v is None else format(v, spec)
     with_ci = lambda v, ci: fmt(v) + (f" [{fmt(ci[0])}–{fmt(ci[1])}]" if ci else "")
-    lines = [f"Comparison ({comparison}), {out.name}: {reference}'s seed-mean peak {fmt(cpu['reference_peak_accuracy'], '.3f')}; "
-             f"95% paired bootstrap intervals over seeds.", "",
+    lines = [f"Comparison ({comparison}), {out.name}, over seeds 0-{done - 1}: {reference}'s seed-mean peak "
+             f"{fmt(cpu['reference_peak_accuracy'], '.3f')}; 95% paired bootstrap intervals over seeds.", "",
              f"| method | seeds | peak acc (seed mean) | steps to {reference}'s peak | step ratio vs {reference} [95% CI] "
              f"| speed-up, CPU clock [95% CI] | speed-up, wall clock [95% CI] | step CPU s | gen s/step | update s/step |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -147,8 +150,6 @@ def report(comparison: str, out: Path | None = None) -> str:
         targets = [("PODS reaches GRPO-GA's peak at least 1.7x sooner (CPU clock), the interval's lower end above 1.0",
                     pods["speedup_vs_reference"] is not None and pods["speedup_vs_reference"] >= 1.7 and ci is not None and ci[0] > 1.0)]
     lines += ["", "| target | result |", "|---|---|"]
-    unfinished = [f"{m} seed {s}" for m in methods for s in range(seeds)
-                  if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
     complete = not unfinished
     lines += [f"| {t} | {('met' if ok else 'missed') if complete else ('so far met' if ok else 'so far missed')} |" for t, ok in targets]
     # per seed: each method against the same seed's reference run (that run's own peak)
@@ -162,7 +163,8 @@ def report(comparison: str, out: Path | None = None) -> str:
                  for m in methods]
         lines.append(f"| {s} | {fmt(cpu['reference_peak_accuracy_per_seed'][s], '.3f')} | " + " | ".join(cells) + " |")
     if unfinished:
-        lines += ["", f"Not finished yet (their figures, where shown, are from the steps so far): {', '.join(unfinished)}."]
+        lines += ["", f"Not finished yet, and not in these figures: {', '.join(f'{m} seed {s}' for m, s in unfinished)}"
+                  + (f"; the finished runs of seeds {done}-{seeds - 1} wait for their seed's other runs." if done < seeds else ".")]
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
     return text
