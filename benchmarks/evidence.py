@@ -91,7 +91,7 @@ def report(comparison: str, out: Path | None = None) -> str:
     While the runs go on, the figures are over the seeds whose runs have all finished (the runs
     train seed by seed), and the others are named. ``out``: the comparison's folder (default: the
     chosen task's). Returns the text."""
-    from podsrl.compare import bootstrap, crossing, finished_at, mean_curve, mean_peak, read_evals, summarise
+    from podsrl.compare import bootstrap, finished_at, fmt, headline_step_ratio, read_evals, summarise, with_ci
 
     spec = COMPARISONS[comparison]
     out = out or ROOT / "benchmarks" / "results" / f"evidence_{comparison}_{chosen()[0]}"
@@ -99,10 +99,7 @@ def report(comparison: str, out: Path | None = None) -> str:
     seeds, reference = spec["seeds"], spec["reference"]
     unfinished = [(m, s) for s in range(seeds) for m in methods if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
     done = min([s for _, s in unfinished], default=seeds)  # seeds 0 .. done-1 have finished every method
-    by_clock = {clock: summarise(out, methods, done, reference, clock) for clock in ("cpu", "wall")}
-    cpu, wall = by_clock["cpu"], by_clock["wall"]
-    fmt = lambda v, spec=".2f": "n/a" if v is None else format(v, spec)
-    with_ci = lambda v, ci: fmt(v) + (f" [{fmt(ci[0])}–{fmt(ci[1])}]" if ci else "")
+    cpu, wall = (summarise(out, methods, done, reference, clock) for clock in ("cpu", "wall"))
     lines = [f"Comparison ({comparison}), {out.name}, over seeds 0-{done - 1}: {reference}'s seed-mean peak "
              f"{fmt(cpu['reference_peak_accuracy'], '.3f')}; 95% paired bootstrap intervals over seeds.", "",
              f"| method | seeds | peak acc (seed mean) | steps to {reference}'s peak | step ratio vs {reference} [95% CI] "
@@ -118,26 +115,21 @@ def report(comparison: str, out: Path | None = None) -> str:
     lines += ["", "Step CPU s: the training process's CPU seconds a step (evaluation excluded); the generation and "
               "update split is in wall seconds, two runs at a time on the machine's two cores (compare --jobs 2, "
               "threads=1 each)."]
-    targets = []
     if comparison == "a":
-        curves = {m: [read_evals(out / m / f"seed-{p['seed']}", "cpu")[0] for p in cpu["methods"][m]["per_seed"]] for m in methods}
-        both = sorted({p["seed"] for p in cpu["methods"]["pods"]["per_seed"]} & {p["seed"] for p in cpu["methods"]["pods-random"]["per_seed"]}
-                      & {p["seed"] for p in cpu["methods"]["grpo"]["per_seed"]})
-        runs = {m: {p["seed"]: c for p, c in zip(cpu["methods"][m]["per_seed"], curves[m])} for m in methods}
+        grpo, pods, rand = ([read_evals(out / m / f"seed-{s}", "cpu")[0] for s in range(done)]
+                            for m in ("grpo", "pods", "pods-random"))
 
         def ratio(grpo_curves, pairs) -> float:  # pairs: (pods, random) of the same seed, resampled together
-            target, _ = mean_peak(grpo_curves, "step")
-            steps = [crossing(mean_curve(list(c), "step"), target) for c in zip(*pairs)]
-            if steps[0] is None:
+            mv_steps, random_steps = (headline_step_ratio(grpo_curves, list(c))[1] for c in zip(*pairs))
+            if mv_steps is None:
                 return float("inf")
-            return 0.0 if steps[1] is None else steps[0] / steps[1]
+            return 0.0 if random_steps is None else mv_steps / random_steps
 
-        grpo = [runs["grpo"][s] for s in both]
-        pairs = [(runs["pods"][s], runs["pods-random"][s]) for s in both]
-        mv = ratio(grpo, pairs) if both else None
+        pairs = list(zip(pods, rand))
+        mv = ratio(grpo, pairs) if pairs else None
         mv_ci = bootstrap(ratio, grpo, pairs)
         lines += ["", f"max-variance / random, optimizer steps to GRPO's seed-mean peak: {with_ci(mv, mv_ci)} "
-                  f"(seeds {', '.join(map(str, both)) or 'none yet'})"]
+                  f"(seeds {', '.join(map(str, range(done))) or 'none yet'})"]
         pods = cpu["methods"]["pods"]
         ci = pods["step_ratio_vs_reference_ci95"]
         targets = [("PODS reaches GRPO's peak in at most 0.6x GRPO's steps, the interval's upper end below 1.0",

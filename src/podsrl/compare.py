@@ -590,8 +590,17 @@ def write_reports(out: Path, summary: dict) -> None:
     plot(out, summary)
 
 
+def fmt(v, spec: str = ".2f") -> str:
+    """A table cell: ``v`` in ``spec``, "n/a" where there is none."""
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def with_ci(v, ci) -> str:
+    """A figure with its interval, where it has one: ``1.15 [0.00–1.54]``."""
+    return fmt(v) + (f" [{fmt(ci[0])}–{fmt(ci[1])}]" if ci else "")
+
+
 def markdown_table(summary: dict) -> str:
-    fmt = lambda v, spec: "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
     ref = summary.get("reference", "grpo")
     name = "GRPO" if ref == "grpo" else ref
     lines = [
@@ -603,7 +612,6 @@ def markdown_table(summary: dict) -> str:
         "| gen s/step | score s/step | update s/step | update peak MB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    with_ci = lambda v, ci: fmt(v, ".2f") + (f" [{fmt(ci[0], '.2f')}–{fmt(ci[1], '.2f')}]" if ci else "")
     for m, r in summary["methods"].items():
         sp = r["spread"]
         per_seed = ", ".join(fmt(p["speedup_vs_reference"], ".2f") for p in r["per_seed"])
