@@ -91,7 +91,8 @@ def report(comparison: str, out: Path | None = None) -> str:
     While the runs go on, the figures are over the seeds whose runs have all finished (the runs
     train seed by seed), and the others are named. ``out``: the comparison's folder (default: the
     chosen task's). Returns the text."""
-    from podsrl.compare import bootstrap, finished_at, fmt, headline_step_ratio, read_evals, summarise, with_ci
+    from podsrl.compare import (bootstrap, finished_at, fmt, headline_step_ratio, mean_curve, mean_peak, read_evals,
+                                 summarise, with_ci)
 
     spec = COMPARISONS[comparison]
     out = out or ROOT / "benchmarks" / "results" / f"evidence_{comparison}_{chosen()[0]}"
@@ -100,8 +101,13 @@ def report(comparison: str, out: Path | None = None) -> str:
     unfinished = [(m, s) for s in range(seeds) for m in methods if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
     done = min([s for _, s in unfinished], default=seeds)  # seeds 0 .. done-1 have finished every method
     cpu, wall = (summarise(out, methods, done, reference, clock) for clock in ("cpu", "wall"))
+    # the step figures read the reference's seed-mean curve against steps, the speed-ups its curve against time
+    curves = {m: [read_evals(out / m / f"seed-{s}", "cpu")[0] for s in range(done)] for m in methods}
+    step_peak, step_at = mean_peak(curves[reference], "step")
     lines = [f"Comparison ({comparison}), {out.name}, over seeds 0-{done - 1}: {reference}'s seed-mean peak "
-             f"{fmt(cpu['reference_peak_accuracy'], '.3f')}; 95% paired bootstrap intervals over seeds.", "",
+             f"{fmt(step_peak, '.3f')} at step {fmt(step_at, '.0f')} on its curve against optimizer steps (the step "
+             f"figures), {fmt(cpu['reference_peak_accuracy'], '.3f')} at {fmt(cpu['reference_time_to_peak_s'], '.0f')} "
+             "training CPU s on its curve against time (the speed-ups); 95% paired bootstrap intervals over seeds.", "",
              f"| method | seeds | peak acc (seed mean) | steps to {reference}'s peak | step ratio vs {reference} [95% CI] "
              f"| speed-up, CPU clock [95% CI] | speed-up, wall clock [95% CI] | step CPU s | gen s/step | update s/step |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -115,9 +121,14 @@ def report(comparison: str, out: Path | None = None) -> str:
     lines += ["", "Step CPU s: the training process's CPU seconds a step (evaluation excluded); the generation and "
               "update split is in wall seconds, two runs at a time on the machine's two cores (compare --jobs 2, "
               "threads=1 each)."]
+    if done:
+        means = {m: dict(mean_curve(curves[m], "step")) for m in methods}
+        lines += ["", "Seed-mean held-out accuracy at each evaluation (the curves against optimizer steps):", "",
+                  "| step | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+        lines += [f"| {step:.0f} | " + " | ".join(fmt(means[m].get(step), '.3f') for m in methods) + " |"
+                  for step in sorted(means[reference])]
     if comparison == "a":
-        grpo, pods, rand = ([read_evals(out / m / f"seed-{s}", "cpu")[0] for s in range(done)]
-                            for m in ("grpo", "pods", "pods-random"))
+        grpo, pods, rand = curves["grpo"], curves["pods"], curves["pods-random"]
 
         def ratio(grpo_curves, pairs) -> float:  # pairs: (pods, random) of the same seed, resampled together
             mv_steps, random_steps = (headline_step_ratio(grpo_curves, list(c))[1] for c in zip(*pairs))

@@ -50,6 +50,8 @@ def test_comparison_a_reads_steps_to_grpos_peak_and_max_variance_over_random(evi
     assert "| max-variance needs fewer steps than random, the interval excluding 1.0 | met |" in text
     # per seed: GRPO's own peak, then steps and CPU seconds to it (random: the first evaluation at or above it)
     assert "| 0 | 0.400 | 10.0 | 10 | 5.0 | 20 | 7.5 | 40 |" in text
+    assert "| step | grpo | pods | pods-random |" in text  # the seed-mean curves against steps
+    assert "| 5 | 0.300 | 0.400 | 0.300 |" in text and "| 10 | 0.400 | 0.400 | 0.500 |" in text
     assert "Not finished" not in text
 
 
@@ -60,7 +62,9 @@ def test_comparison_b_on_time_with_a_run_unfinished(evidence, tmp_path):
         write_run(tmp_path / "pods" / f"seed-{seed}", [0.1, 0.3, 0.4], 4.0, steps=7 if seed == 2 else 10)
     text = evidence.report("b", tmp_path)
     assert "| PODS reaches GRPO-GA's peak at least 1.7x sooner (CPU clock), the interval's lower end above 1.0 | so far missed |" in text
-    assert text.startswith(f"Comparison (b), {tmp_path.name}, over seeds 0-1: grpo-ga's seed-mean peak 0.400;")
+    assert text.startswith(f"Comparison (b), {tmp_path.name}, over seeds 0-1: grpo-ga's seed-mean peak 0.400 at step 5 "
+                           "on its curve against optimizer steps (the step figures), 0.400 at 40 training CPU s on its "
+                           "curve against time (the speed-ups);")
     assert ("Not finished yet, and not in these figures: pods seed 2; the finished runs of seeds 2-4 wait for their "
             "seed's other runs.") in text
     pods = next(line for line in text.splitlines() if line.startswith("| pods |"))
