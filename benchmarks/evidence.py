@@ -91,8 +91,8 @@ def report(comparison: str, out: Path | None = None) -> str:
     While the runs go on, the figures are over the seeds whose runs have all finished (the runs
     train seed by seed), and the others are named. ``out``: the comparison's folder (default: the
     chosen task's). Returns the text."""
-    from podsrl.compare import (bootstrap, finished_at, fmt, headline_step_ratio, mean_curve, mean_peak, read_evals,
-                                 summarise, with_ci)
+    from podsrl.compare import (bootstrap, finished_at, fmt, headline_step_ratio, mean_curve, read_evals, summarise,
+                                 with_ci)
 
     spec = COMPARISONS[comparison]
     out = out or ROOT / "benchmarks" / "results" / f"evidence_{comparison}_{chosen()[0]}"
@@ -101,11 +101,9 @@ def report(comparison: str, out: Path | None = None) -> str:
     unfinished = [(m, s) for s in range(seeds) for m in methods if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
     done = min([s for _, s in unfinished], default=seeds)  # seeds 0 .. done-1 have finished every method
     cpu, wall = (summarise(out, methods, done, reference, clock) for clock in ("cpu", "wall"))
-    # the step figures read the reference's seed-mean curve against steps, the speed-ups its curve against time
     curves = {m: [read_evals(out / m / f"seed-{s}", "cpu")[0] for s in range(done)] for m in methods}
-    step_peak, step_at = mean_peak(curves[reference], "step")
     lines = [f"Comparison ({comparison}), {out.name}, over seeds 0-{done - 1}: {reference}'s seed-mean peak "
-             f"{fmt(step_peak, '.3f')} at step {fmt(step_at, '.0f')} on its curve against optimizer steps (the step "
+             f"{fmt(cpu['reference_peak_accuracy_steps'], '.3f')} at step {fmt(cpu['reference_steps_to_peak'], '.0f')} on its curve against optimizer steps (the step "
              f"figures), {fmt(cpu['reference_peak_accuracy'], '.3f')} at {fmt(cpu['reference_time_to_peak_s'], '.0f')} "
              "training CPU s on its curve against time (the speed-ups); 95% paired bootstrap intervals over seeds.", "",
              f"| method | seeds | peak acc (seed mean) | steps to {reference}'s peak | step ratio vs {reference} [95% CI] "

@@ -53,6 +53,8 @@ def test_summary_hand_computed(tmp_path):
     # so its peak is 0.45, first at 10 s. PODS (up to 10 s) is 0.15, 0.35, 0.40: never 0.45.
     # GRPO-GA is 0.15 then 0.45 at 50 s: speed-up 10 / 50.
     assert s["reference_peak_accuracy"] == pytest.approx(0.45) and s["reference_time_to_peak_s"] == 10
+    # against steps (evaluations at steps 0, 1, 2, ...; up to step 2, the shorter seed): 0.15, 0.45, 0.45
+    assert s["reference_peak_accuracy_steps"] == pytest.approx(0.45) and s["reference_steps_to_peak"] == 1
     assert grpo["time_to_reference_peak_s"] == 10 and grpo["speedup_vs_reference"] == 1.0
     assert pods["time_to_reference_peak_s"] is None and pods["speedup_vs_reference"] is None
     assert ga["time_to_reference_peak_s"] == 50 and ga["speedup_vs_reference"] == pytest.approx(0.2)
