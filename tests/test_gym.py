@@ -144,17 +144,19 @@ def test_held_out_accuracy_counts_full_credit_only():
 
 
 @needs_gym
-def test_extraction_prefers_the_tags_then_the_answer_line_then_the_last_number():
+def test_the_verifier_is_given_the_whole_answer_never_a_number_cut_out_of_it():
     from podsrl.tasks.gym import answer_of
 
     assert answer_of("I think 3. <answer> 7 </answer> and 9", "7") == "7"  # reasoning-gym's tags first
-    assert answer_of("Answer: 12 apples, not 13", "12") == "13"  # a number asked: the answer line's last number
-    assert answer_of("There are 5 r's. So 4.", "4") == "4"
-    assert answer_of("olleh\nbecause I reversed it.", "olleh") == "olleh"  # a word asked: the first line
+    assert answer_of("Answer: 12 apples, not 13", "12") == "12 apples, not 13"  # the whole answer line
+    assert answer_of("There are 5 r's. So 4.", "4") == "There are 5 r's. So 4"  # no marker: the whole reply
+    assert answer_of("olleh\nbecause I reversed it.", "olleh") == "olleh\nbecause I reversed it"
     assert answer_of('Answer: "olleh."', "olleh") == "olleh"  # without the quotes and the period
-    assert answer_of("No.\n\nThe premises do not say.", "No") == "No"
+    assert answer_of("[[1, 2],\n [3, 4]]", "1 2\n3 4") == "[[1, 2],\n [3, 4]]"  # several lines stay
     assert answer_of("A is a knight.", "A is a knight.") == "A is a knight."  # a period the gold has stays
-    assert answer_of("  \n", "4") is None and answer_of("no digits here", "4") is None
+    assert answer_of("He answered: yes", "He answered: yes") == "He answered: yes"  # "answered" is no marker
+    assert answer_of("The answer is yes", "The answer is yes") == "The answer is yes"  # a gold with the word
+    assert answer_of("  \n", "4") is None
 
 
 @needs_gym
@@ -239,8 +241,8 @@ def test_a_failing_verifier_costs_only_its_completion(monkeypatch, behaviour):
     p = task("chain_sum", test_size=1).test[0]
     real = gym._verifier(p.entry["dataset"], p.entry["config"])
 
-    def broken(answer, entry):
-        if answer == "13":
+    def broken(answer, entry):  # on a right answer written another way, which reaches the verifier
+        if answer == f"{p.answer}.0":
             if behaviour == "raises":
                 raise ValueError("cannot parse")
             if behaviour == "hangs":
@@ -254,7 +256,7 @@ def test_a_failing_verifier_costs_only_its_completion(monkeypatch, behaviour):
         scorer = Scorer({"accuracy": accuracy_reward}, [1.0], workers=1, timeout=0.5, wall_timeout=0.5)
         step = scorer.start({"prompts": ["p"], "answer": [p.answer], "entry": [p.entry]}, 2)
         start = time.perf_counter()
-        step.add(0, [p.answer, "13"], [[1], [2]])
+        step.add(0, [p.answer, f"{p.answer}.0"], [[1], [2]])
         result = step.result()
         assert time.perf_counter() - start < 10
         assert result.rewards.tolist() == [[1.0, 0.0]] and result.timeouts == 1
@@ -361,3 +363,40 @@ def test_train_on_a_gym_task_end_to_end_on_the_embedded_model(tmp_path):
     assert "gym chain_sum: 8 held-out problems" in result.stderr
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 2 and 0.0 <= rows[-1]["eval_accuracy"] <= 1.0
+
+
+@needs_gym
+def test_every_data_set_pays_its_gold_written_bare_or_in_tags():
+    """Every exactly right answer is paid on every data set podsrl tasks lists, golds of several
+    lines included (rotate_matrix, sudoku, ...): four entries of each, where the data set's own
+    verifier gives its gold full credit."""
+    from reasoning_gym import create_dataset
+
+    from podsrl.tasks.gym import dataset_names, score
+
+    checked, unpaid = 0, []
+    for name in dataset_names():
+        data = create_dataset(name, size=4, seed=0)
+        for e in (data[i] for i in range(4)):
+            gold = None if e["answer"] is None else str(e["answer"])
+            if gold is None or data.score_answer(gold, e) != 1.0:
+                continue  # a verifier that checks validity instead of a gold
+            entry = {"dataset": name, "config": json.dumps({}), "entry": e}
+            for completion in (gold, f"<answer>{gold}</answer>", f"<think>...</think>\n<answer>\n{gold}\n</answer>"):
+                checked += 1
+                if score(completion, gold, entry) != 1.0:
+                    unpaid.append((name, completion))
+    assert checked > 900 and not unpaid, unpaid[:5]
+
+
+@needs_gym
+@pytest.mark.parametrize("dataset", ["letter_counting", "count_bits", "chain_sum", "gsm_symbolic"])
+def test_a_wrong_number_collects_no_partial_credit(dataset):
+    """The data sets' verifiers pay len(gold)/len(answer) where the gold appears inside the answer;
+    for a number gold that pays only wrong numbers (71, 17, -7 for 7), which score 0."""
+    p = task(dataset, test_size=1).test[0]
+    g = p.answer
+    wrong = [f"-{g}", f"{g}1", f"1{g}", f"<answer>-{g}</answer>", f"The answer is {g}1.", f"\\boxed{{{g}0}}"]
+    right = [g, f"<answer>{g}</answer>", f"The answer is {g}.", f"\\boxed{{{g}}}"]
+    scores = accuracy_reward(wrong + right, [g] * 10, [p.entry] * 10)
+    assert scores == [0.0] * 6 + [1.0] * 4

@@ -178,9 +178,9 @@ _TRAILING = ["I hope it is correct.", "The problem has a complex formula with a"
 
 
 def test_fast_path_agrees_with_math_verify_on_answers_followed_by_text():
-    """An answer line with text after the number ("The answer is 46. I hope it is correct.") is
-    decided True here when its last number equals the gold, as math-verify's last-number rule
-    does; everything else still goes to math-verify. Where it decides, the verdicts agree."""
+    """An answer line with a sentence after the answer ("The answer is 46. I hope it is correct.")
+    is graded on its first sentence, so the fast path decides it both ways; where it decides, the
+    verdicts agree with math-verify's on the same completion."""
     rng = random.Random(1)
     decided = agreed = true_pairs = 0
     for _ in range(300):
@@ -199,7 +199,7 @@ def test_fast_path_agrees_with_math_verify_on_answers_followed_by_text():
     assert agreed == decided
     assert decided > true_pairs / 2  # most correct answers no longer need math-verify
     assert fast_match("The answer is 46. I hope it is correct.", "46") is True
-    assert fast_match("The answer is 45. I hope it is correct.", "46") is None  # math-verify decides
+    assert fast_match("The answer is 45. I hope it is correct.", "46") is False
 
 
 def _gsm8k_golds():
@@ -428,3 +428,51 @@ def test_a_gold_that_cannot_be_an_answer_is_never_matched(completion, gold):
     from podsrl.rewards.answers import unusable_gold
 
     assert unusable_gold(gold) is not None
+
+
+def test_require_marker_pays_only_a_marked_answer():
+    assert answer_matches("5", "5") and not answer_matches("5", "5", require_marker=True)
+    assert answer_matches("so it is 5", "5") and not answer_matches("so it is 5", "5", require_marker=True)
+    for marked in ("\\boxed{5}", "<answer>5</answer>", "The answer is 5.", "#### 5"):
+        assert answer_matches(marked, "5", require_marker=True), marked
+
+
+def test_task_require_marker_reaches_the_reward_through_the_task():
+    from podsrl.config import load_config
+    from podsrl.evaluate import evaluate
+    from podsrl.tasks import task_from_config
+
+    c = load_config(None, ["task.require_marker=true", "task.test_size=3"])
+    t = task_from_config(c.task, seed=0)
+    assert all(p.require_marker for p in t.test) and next(t.train(0)).require_marker
+
+    class Echo:  # an engine that answers each problem's gold, unmarked and then marked
+        def __init__(self, marked):
+            self.marked = marked
+
+        def generate(self, prompts, n, temperature, max_new_tokens, on_chunk=None, **_):
+            from types import SimpleNamespace
+            texts = [f"\\boxed{{{p.answer}}}" if self.marked else p.answer for p in t.test]
+            on_chunk(0, list(range(len(texts))), [[1]] * len(texts))
+            return SimpleNamespace(texts=texts)
+
+    class Tok:
+        chat_template = None
+
+    assert evaluate(Echo(False), Tok(), t.test, None, 8).accuracy == 0.0
+    assert evaluate(Echo(True), Tok(), t.test, None, 8).accuracy == 1.0
+
+
+def test_the_arithmetic_task_never_pays_its_question_restated():
+    """The default task's prompts are ``a op b =``; wherever the last number of the question is its
+    answer (``0 + 5 =`` for 5, ``8 - 4 =`` for 4), the question restated was paid."""
+    from podsrl.tasks import load_task
+
+    t = load_task("arithmetic", digits=1, operations="+-", test_size=200, seed=0)
+    exposed = [p for p in t.test if p.question.split()[-2] == p.answer]
+    assert exposed  # the held-out set has such problems
+    questions = [p.question for p in exposed]
+    assert accuracy_reward(questions, [p.answer for p in exposed]) == [0.0] * len(exposed)
+    assert accuracy_reward([q.rstrip(" =") for q in questions], [p.answer for p in exposed]) == [0.0] * len(exposed)
+    stated = [f"{p.question} {p.answer}" for p in exposed]
+    assert accuracy_reward(stated, [p.answer for p in exposed]) == [1.0] * len(exposed)

@@ -75,6 +75,9 @@ class TaskConfig:
     math500's (arithmetic needs a number; gym: at least 1, drawn with distinct questions)."""
     system_prompt: str | None = None
     """Replaces the task's system prompt; an empty one is an empty system message."""
+    require_marker: bool = False
+    """The accuracy reward pays only an answer the completion marks (``\\boxed{}``, answer tags,
+    an answer line, ``####``), never the last number of an unmarked completion."""
 
 
 @dataclass

@@ -206,7 +206,8 @@ class Sampler:
         """n more rollouts of each prompt (numbered from ``first_row``), scored while generated."""
         scores = self.scorer.start({"prompts": prompts, "answer": [g.problem.answer for g in groups],
                                     "question": [g.problem.question for g in groups],
-                                    "entry": [g.problem.entry for g in groups]}, n)
+                                    "entry": [g.problem.entry for g in groups],
+                                    "require_marker": [g.problem.require_marker for g in groups]}, n)
         start = time.perf_counter()
         out = self.engine.generate(prompts, n, self.c.rollout.temperature, self.c.rollout.max_new_tokens, seeds=seeds,
                                    on_chunk=scores.add, first_row=first_row)

@@ -1,20 +1,28 @@
 """Final answers: extraction from a completion, and equivalence with the gold answer.
 
-Equivalence has two paths. The fast path decides in microseconds when both sides are plain
-numbers (``42``, ``-3.5``, ``1,234``, ``3/4``, ``\\frac{3}{4}``, ``$12``, ``45%``, ``12 apples``),
-with exact rational arithmetic and math-verify's own rules for the cases where it is lenient:
-a side written as a decimal is compared rounded to 6 decimal places (so ``0.333333`` equals
-``1/3``), and a percentage equals both its number and its number over 100. Everything else
-(LaTeX, expressions, intervals, ...) goes to math-verify (:func:`verify_answer`), which the reward
-pool runs in a worker process under a hard time bound. There, unlike math-verify on its own, a
-restated computation (``409 + 83`` for ``492``) is not an answer: the result has to be stated.
-A gold that is a code of letters and digits (``0xc84``, ``12cd``) is compared whole on both paths
-(:func:`is_literal`), never by a number read off its front.
-A gold that cannot be an answer (:func:`unusable_gold`: empty, or a number that is not finite,
-``nan``, ``inf``, ``1e400``) is matched by nothing; the tasks refuse one when they load.
-Before either path, an answer that cannot be a sensible one (:func:`implausible`: a huge factorial
-or power, deep brackets, a long run of digits, pages of symbols) is wrong at once: math-verify
-would stall on it, costing a worker of the pool its whole time bound and a restart.
+**What is compared.** A completion that marks its answer (``\\boxed{}``, ``<answer>...</answer>``,
+GSM8K's ``#### N``, an answer line) is graded on that whole marked answer (:func:`marked_answer`),
+never on a number read out of it: ``\\boxed{\\sqrt{4}\\text{ units}}`` compares √4, ``2 or 3`` is a
+hedge, ``1, 2`` is a list. Several boxes in the final sentence (``\\boxed{3}, \\boxed{5}``) form a
+list. Only a completion with no marker at all falls back to its last number, and only where that
+number is a stated result: not the operand of an arithmetic operator and not followed by ``=``
+(``0 + 5 =`` states nothing). A task can require a marker (``task.require_marker``).
+
+**How it is compared.** The fast path decides in microseconds when the whole answer and the gold
+are plain numbers (``42``, ``-3.5``, ``1,234`` with thousands separators only in that pattern,
+``3/4``, ``\\frac{3}{4}``, ``$12``, ``45%``, ``12 apples``: one trailing unit of words, none of
+them a hedge), with exact rational arithmetic and math-verify's own rules where it is lenient: a
+decimal side is compared rounded to 6 places (``0.333333`` equals ``1/3``), and a percentage
+equals both its number and its number over 100. A gold that is a list never takes the fast path.
+Everything else (LaTeX, expressions, units in LaTeX, lists, intervals) goes to math-verify
+(:func:`verify_answer`), which the reward pool runs in a worker process under a hard time bound.
+
+**Stricter than math-verify** (:func:`refused`), where it would pay what the math does not:
+a restated computation (``409 + 83``, ``0 + 5 =``, ``x = 5 + 6``) is not a result; a hedge
+(``4 or more``, ``about 5``, ``5 thousand``) is not an answer; a gold that is a code of letters
+and digits (``0xc84``, ``12cd``) is compared whole (:func:`is_literal`). A gold that cannot be an
+answer (:func:`unusable_gold`) is matched by nothing, and an answer that cannot be a sensible one
+(:func:`implausible`) is wrong at once, before math-verify could stall on it.
 """
 
 from __future__ import annotations
@@ -26,19 +34,30 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import NamedTuple
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is)?\s*[:=]?\s*(.+)", re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"\b(?:final answer|answer)\b(?:\s+is\b)?\s*[:=]?[ \t]*(.*)", re.IGNORECASE)
+# Where an answer line's answer ends: "42. Let me check", "22, since 47 - 25 = 22", "5 because ...".
+_SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])|,?\s+(?:since|because|as|which|given|from|so|where|when)\s", re.IGNORECASE)
+_DISPLAY = re.compile(r"\s*(\\\[|\$\$)(.*?)(\\\]|\$\$)", re.DOTALL)
+# A hedge, a quantifier or a scale word after a number: the number is not the answer as stated.
+HEDGES = frozenset(
+    "or and not no nor either neither more less fewer than least most about approximately approx around roughly "
+    "nearly almost over under maybe perhaps possibly probably between except but plus minus times divided squared "
+    "cubed hundred hundreds thousand thousands million millions billion billions dozen dozens percent wrong "
+    "incorrect false impossible none never undefined unknown".split()
+)
+_UNIT_WORD = r"(?:[A-Za-z]{2,}\.?)"
 _PLAIN = re.compile(
     r"""\s*(?P<sign>[-+\u2212])?\s*(?:\\?\$\s*)?(?P<sign2>[-+\u2212])?\s*
     (?:
-        (?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<dec>\d*))?      # 1,234.5  1234  5.
+        (?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.(?P<dec>\d*))?  # 1,234.5  1234  5.
       | \.(?P<dec_only>\d+)                                    # .5
       | (?P<num>\d+)\s*/\s*(?P<den>\d+)                        # 3/4
       | \\[dt]?frac\{\s*(?P<lnum>\d+)\s*\}\{\s*(?P<lden>\d+)\s*\}   # \frac{3}{4}
     )
     \s*(?P<pct>\\?%)?
-    (?:\s*[A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*)?                   # unit words (not a variable)
+    (?P<unit>\s*""" + _UNIT_WORD + r"""(?:\s+""" + _UNIT_WORD + r"""){0,2})?   # a unit: 1-3 words (not a variable)
     \s*\.?\s*""",
     re.VERBOSE,
 )
@@ -55,54 +74,117 @@ class Number(NamedTuple):
     percent: bool
 
 
+# --------------------------------------------------------------------------- extraction
+
+
+def _boxes(text: str) -> list[tuple[int, int, str]]:
+    """Every ``\\boxed{...}`` (nested braces allowed): (start, end, content)."""
+    found, start = [], text.find("\\boxed{")
+    while start >= 0:
+        depth, i = 0, start + len("\\boxed")
+        for j in range(i, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                found.append((start, j + 1, text[i + 1 : j]))
+                break
+        else:
+            break  # an unclosed box: nothing after it is boxed
+        start = text.find("\\boxed{", j + 1)
+    return found
+
+
+# What may stand between two boxes of one list: commas, "and", math delimiters, spacing.
+_BETWEEN_BOXES = re.compile(r"(?:\s|,|;|\$|\\[(),;!: ]|\\quad|\\qquad|\\text\{\s*(?:and|,)?\s*\}|\band\b|&)*")
+
+
 def _last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (nested braces allowed)."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
+    """The content of the last ``\\boxed{}``; with the boxes just before it in the same sentence
+    (nothing but commas, ``and`` or spacing between them), the list they form: ``3, 5, 7``."""
+    boxes = _boxes(text)
+    if not boxes:
         return None
-    depth, i = 0, start + len("\\boxed")
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i + 1 : j]
+    items = [boxes[-1]]
+    for box in reversed(boxes[:-1]):
+        if not _BETWEEN_BOXES.fullmatch(text[box[1] : items[0][0]]):
+            break
+        items.insert(0, box)
+    return ", ".join(content.strip() for _, _, content in items)
+
+
+def _answer_line(text: str) -> str | None:
+    """What follows the last ``answer``/``final answer`` that is followed by something
+    (``The answer is 42.``, ``Answer: 42``): the rest of its line, or the display maths
+    (``\\[ ... \\]``, ``$$ ... $$``) that starts there, on its own lines."""
+    for match in reversed(list(_ANSWER_LINE.finditer(text))):
+        rest = match.group(1).strip()
+        if rest in ("", "\\[", "$$") and (display := _DISPLAY.match(text, match.start(1))):
+            return display.group(2).strip()
+        rest = _last_boxed(rest) or _SENTENCE_END.split(rest)[0].rstrip(".").strip().strip("$").strip()
+        if rest:
+            return rest
     return None
 
 
-def last_number(text: str) -> str | None:
-    numbers = _NUMBER.findall(text)
-    return numbers[-1].replace(",", "") if numbers else None
-
-
-def extract_answer(text: str) -> str | None:
-    """The final answer of a completion, by the first marker found in this order:
-    ``\\boxed{}``, ``<answer>...</answer>``, GSM8K's ``#### N``, an ``Answer:`` line, else the last
-    number. Returns ``None`` when the completion holds no answer at all."""
-    marked = marked_answer(text)
-    return marked if marked is not None else last_number(text)
-
-
 def marked_answer(text: str) -> str | None:
-    """The answer a completion marks as final (:func:`extract_answer` without its last-number
-    fallback); ``None`` when no marker is found."""
+    """The whole answer a completion marks as final, by the first marker found in this order:
+    ``\\boxed{}`` (several in the last sentence: their list), ``<answer>...</answer>``, GSM8K's
+    ``#### N``, an answer line. ``None`` when no marker is found."""
     if (boxed := _last_boxed(text)) is not None:
         return boxed.strip()
     if tags := _ANSWER_TAG.findall(text):
         inner = tags[-1].strip()
         return _last_boxed(inner) or inner
     if "####" in text:
-        return text.rsplit("####", 1)[1].strip().split("\n")[0].replace(",", "").strip()
-    if lines := _ANSWER_LINE.findall(text):
-        line = lines[-1].strip().rstrip(".")
-        return _last_boxed(line) or (line.strip("$ ") if not _NUMBER.fullmatch(line) else line.replace(",", ""))
-    return None
+        return text.rsplit("####", 1)[1].strip().split("\n")[0].strip()
+    return _answer_line(text)
+
+
+_BINARY_BEFORE = re.compile(r"(?:\d|\))\s*(?:[-+*/×÷]|\\times|\\cdot|\\div)\s*$")
+
+
+def stated_number(text: str) -> str | None:
+    """The last number of an unmarked completion, where it states a result: not the operand of an
+    arithmetic operator (``0 + 5``), not followed by an operator or ``=`` (``0 + 5 =``), not an
+    item of a comma-separated list (``(3, 5)``). None otherwise."""
+    matches = list(_NUMBER.finditer(text))
+    if not matches:
+        return None
+    last = matches[-1]
+    before, after = text[: last.start()], text[last.end() :]
+    if _BINARY_BEFORE.search(before) or re.match(r"\s*(?:[-+*/×÷=^]|\\times|\\cdot|\\div)", after):
+        return None
+    if re.search(r"\d\s*,\s*$", before) or re.match(r"\s*,\s*-?\d", after):
+        return None
+    return last.group().replace(",", "")
+
+
+def last_number(text: str) -> str | None:
+    """The last number written in ``text`` (thousands separators removed), or None."""
+    numbers = _NUMBER.findall(text)
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+def extract_answer(text: str, require_marker: bool = False) -> str | None:
+    """The final answer of a completion: its :func:`marked_answer`, else (unless ``require_marker``)
+    its :func:`stated_number`. None when the completion holds no answer."""
+    marked = marked_answer(text)
+    if marked is not None or require_marker:
+        return marked
+    return stated_number(text)
+
+
+# --------------------------------------------------------------------------- plain numbers
 
 
 @lru_cache(maxsize=4096)
 def as_number(text: str) -> Number | None:
-    """``text`` as a plain number, or None when it is anything else (or too long to be one)."""
+    """``text`` as a plain number, or None when it is anything else (or too long to be one). One
+    trailing unit of words is allowed (``12 apples``), none of them a hedge (:data:`HEDGES`)."""
     if len(text) > MAX_PLAIN_LENGTH or not (m := _PLAIN.fullmatch(text)):
         return None
     g = m.groupdict()
+    if g["unit"] and HEDGES & {w.rstrip(".").lower() for w in g["unit"].split()}:
+        return None
     if g["num"] or g["lnum"]:
         num, den = int(g["num"] or g["lnum"]), int(g["den"] or g["lden"])
         if den == 0:
@@ -140,7 +222,7 @@ def numbers_equal(gold: Number, pred: Number) -> bool:
 
 def gold_answer(gold: str) -> str | None:
     """The gold answer as compared: a GSM8K ``#### N`` or ``\\boxed{}`` gold is extracted first."""
-    return extract_answer(gold) if "####" in gold or "\\boxed" in gold else gold
+    return marked_answer(gold) if "####" in gold or "\\boxed" in gold else gold
 
 
 def unusable_gold(gold: str) -> str | None:
@@ -157,6 +239,84 @@ def unusable_gold(gold: str) -> str | None:
     return None if math.isfinite(value) else "it is not a finite number"
 
 
+# --------------------------------------------------------------------------- what is refused
+
+
+def _top_level(text: str, char: str) -> list[int]:
+    """Positions of ``char`` in ``text`` outside any brackets."""
+    depth, found = 0, []
+    for i, c in enumerate(text):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(depth - 1, 0)
+        elif c == char and depth == 0:
+            found.append(i)
+    return found
+
+
+def is_list(gold: str) -> bool:
+    """Whether ``gold`` is a list or tuple of answers (``3, 5, 7``, ``(1, 2)``, ``1,-2``): a comma
+    at the top level or inside one pair of brackets, other than a thousands separator (``1,234``,
+    ``10,\\!080``)."""
+    text = re.sub(r"(?<=\d),(?:\\!)?(?=\d{3}(?!\d))", "", gold.strip().strip("$"))
+    inner = text[1:-1] if len(text) > 1 and text[0] in "([{" and text[-1] in ")]}" else text
+    return bool(_top_level(inner, ","))
+
+
+_NUMERAL = r"(?:\d+(?:\.\d+)?(?:\s*/\s*\d+)?|\.\d+|\\[dt]?frac\{\d+\}\{\d+\})"  # a fraction is one number
+_OPERATOR = r"(?:[-+*×÷]|\\times|\\cdot|\\div)"
+_RESTATED = re.compile(
+    rf"\s*[-+]?\s*\(?\s*{_NUMERAL}\s*\)?(?:\s*{_OPERATOR}\s*[-+]?\s*\(?\s*{_NUMERAL}\s*\)?)+\s*"
+)
+
+
+def stated_result(answer: str) -> str:
+    """What an answer states as its result: the text after its last top-level ``=`` (the whole
+    answer where it has none). ``x = 409 + 83 = 492`` states ``492``; ``0 + 5 =`` states nothing."""
+    text = answer.strip().strip("$").strip()
+    equals = _top_level(text, "=")
+    return text[equals[-1] + 1 :].strip() if equals else text
+
+
+def restated(answer: str) -> bool:
+    """Whether ``answer`` restates a computation instead of its result: what it states
+    (:func:`stated_result`) is empty (``0 + 5 =``) or arithmetic on plain numbers (``409 + 83``,
+    ``3 \\times 4``, ``x = 5 + 6``)."""
+    result = stated_result(answer).rstrip(".").strip()
+    return not result or bool(_RESTATED.fullmatch(result))
+
+
+_HEDGE_MARK = re.compile(r"\\(?:approx|sim|simeq|pm|mp|geq?|leq?|neq?|lt|gt)(?![A-Za-z])|[≈±∓<>≤≥≠]")
+
+
+def hedged(answer: str, gold: str) -> bool:
+    """Whether ``answer`` hedges or qualifies its value with a word or sign the gold does not use
+    (``2 or 3``, ``4 or more``, ``about 5``, ``5 thousand``, ``\\text{not } 12``, ``\\approx 5``,
+    ``> 3``)."""
+    words = {w.lower() for w in _WORDS.findall(answer)} & HEDGES
+    if words - {w.lower() for w in _WORDS.findall(gold)}:
+        return True
+    return bool(set(_HEDGE_MARK.findall(answer)) - set(_HEDGE_MARK.findall(gold)))
+
+
+def refused(answer: str, gold: str) -> str | None:
+    """Why ``answer`` is wrong whatever math-verify would say, or None: it is implausible
+    (:func:`implausible`), restates a computation (:func:`restated`) where the gold does not, or
+    hedges (:func:`hedged`). These are podsrl's deliberate differences from math-verify: each only
+    ever withholds a reward."""
+    if why := implausible(answer, gold):
+        return why
+    if restated(answer) and not restated(gold):
+        return "restated computation"
+    if hedged(answer, gold):
+        return "hedge"
+    return None
+
+
+# --------------------------------------------------------------------------- codes
+
+
 _TOKEN = re.compile(r"[+-]?[A-Za-z0-9]+")
 _NUMBER_TIMES_VARIABLE = re.compile(r"[+-]?\d*[A-Za-z]")  # 3x, 2k, x: algebra
 _WRAPPER = re.compile(r"\\(?:text|mathrm|texttt)\{(.*)\}")
@@ -166,7 +326,7 @@ def is_literal(gold: str) -> bool:
     """Whether ``gold`` is one token of letters and digits that is neither a number nor a number
     times a variable (``0xc84``, ``0b111``, ``12cd``, ``A3F``): a code, which is compared whole
     (:func:`literal_equal`). math-verify would read it as a product (``0xc84`` as 0) or drop its
-    letters as a unit (``12ab`` as 12), and the fast path would read the number off its front."""
+    letters as a unit (``12ab`` as 12)."""
     gold = gold.strip()
     return (bool(_TOKEN.fullmatch(gold)) and any(ch.isdigit() for ch in gold) and any(ch.isalpha() for ch in gold)
             and not _NUMBER_TIMES_VARIABLE.fullmatch(gold))
@@ -186,27 +346,34 @@ def literal_equal(gold: str, answer: str) -> bool:
         return False
 
 
-def fast_match(completion: str, gold: str) -> bool | None:
+# --------------------------------------------------------------------------- grading
+
+
+def fast_match(completion: str, gold: str, require_marker: bool = False) -> bool | None:
     """True/False when decided without math-verify; None when math-verify must decide."""
+    return compare_fast(extract_answer(completion, require_marker), gold)
+
+
+def compare_fast(answer: str | None, gold: str) -> bool | None:
+    """Whether the extracted ``answer`` equals ``gold``, where decided in-process; None where
+    math-verify must decide (:func:`compare`)."""
     if unusable_gold(gold):
         return False
-    answer = extract_answer(completion)
     gold = gold_answer(gold)
-    if answer is None:
+    if answer is None or not answer.strip():
+        return False
+    if is_literal(gold):
+        return literal_equal(gold, answer)
+    if refused(answer, gold):
         return False
     if answer.strip() == gold.strip():
         return True
-    if is_literal(gold):
-        return literal_equal(gold, answer)
-    if implausible(answer, gold):
-        return False
-    g, p = as_number(gold), as_number(answer)
-    if g is None:
+    if is_list(gold):
         return None
-    if p is None:  # "46. I hope it is correct": math-verify's verdict is True if its last number is the gold
-        last = as_number(number) if (number := _compared_last_number(answer)) is not None else None
-        return True if last is not None and numbers_equal(g, last) else None
-    # math-verify also compares the answer's last number, which drops a percentage sign
+    g, p = as_number(gold), as_number(answer)
+    if g is None or p is None:
+        return None
+    # math-verify also reads a percentage as its bare number: 10% equals a gold 10
     return numbers_equal(g, p) or (p.percent and numbers_equal(g, p._replace(percent=False)))
 
 
@@ -308,10 +475,8 @@ def _parse(expression: str) -> list:
 def unevaluated_arithmetic(expr) -> bool:
     """Whether an item of math-verify's parse still holds arithmetic on plain numbers (``409 + 83``,
     ``3 \\times 4``, ``1.5 + 2``): a restatement of a computation, not its result (the parse's
-    strings never are). math-verify evaluates such an answer and would count ``409 + 83`` equal to
-    ``492``, which pays a policy for copying an arithmetic question; :func:`verify_answer` does not
-    count it as a final answer. Of an equation only the right-hand side (the stated result) is
-    looked at; ``-x`` (``Mul(-1, x)``) is a number."""
+    strings never are). Of an equation only the right-hand side is looked at; ``-x``
+    (``Mul(-1, x)``) is a number."""
     from sympy import Add, Basic, Mul, Number, preorder_traversal
     from sympy.core.relational import Relational
 
@@ -328,38 +493,27 @@ def unevaluated_arithmetic(expr) -> bool:
 
 
 def _verified(gold: str, answer: str) -> bool:
+    """math-verify's verdict on the whole answer, where what it states is a result."""
     from math_verify import verify
 
-    plain = lambda s: s.replace(" ", "").replace(",", "").strip("$.")
-    if plain(gold) == plain(answer):
+    if answer.replace(" ", "").strip("$.") == gold.replace(" ", "").strip("$."):
         return True
     g, p = _parse(gold), _parse(answer)
-    if not any(map(unevaluated_arithmetic, g)):  # a gold "2 + 3" keeps math-verify's rule
-        p = [x for x in p if not unevaluated_arithmetic(x)]
-    if not p and (number := last_number(answer)) is not None:  # "Answer: 42 apples"
-        p = _parse(number)
-    return bool(g and p and verify(g, p, timeout_seconds=None))
-
-
-def verify_answer(completion: str, gold: str) -> bool:
-    """Whether the final answer of ``completion`` equals ``gold``, by math-verify (slow; unbounded:
-    call it through the reward pool). An answer with words or a percentage sign ("42 apples",
-    "60.0%") is also compared by its last number."""
-    if unusable_gold(gold):
+    if not g or not p:
         return False
-    answer = extract_answer(completion)
-    gold = gold_answer(gold)
-    if answer is None or implausible(answer, gold):
-        return False
-    if is_literal(gold):
-        return literal_equal(gold, answer)
-    if _verified(gold, answer):
-        return True
-    number = _compared_last_number(answer)
-    return number is not None and _verified(gold, number)
+    if not any(map(unevaluated_arithmetic, g)) and any(map(unevaluated_arithmetic, _parse(stated_result(answer)))):
+        return False  # the stated result is a computation (a gold "2 + 3" keeps math-verify's rule)
+    return bool(verify(g, p, timeout_seconds=None))
 
 
-def _compared_last_number(answer: str) -> str | None:
-    """The last number of an answer with words or a percentage sign ("42 apples", "60.0%"), which
-    is also compared with the gold (by verify_answer, and by fast_match where it equals it)."""
-    return last_number(answer) if _WORDS.search(answer) or "%" in answer else None
+def verify_answer(completion: str, gold: str, require_marker: bool = False) -> bool:
+    """Whether the final answer of ``completion`` equals ``gold`` (slow; unbounded: call it
+    through the reward pool)."""
+    return compare(extract_answer(completion, require_marker), gold)
+
+
+def compare(answer: str | None, gold: str) -> bool:
+    """Whether the extracted ``answer`` equals ``gold``: :func:`compare_fast` where it decides,
+    else math-verify on the whole answer."""
+    decided = compare_fast(answer, gold)
+    return decided if decided is not None else _verified(gold_answer(gold), answer)

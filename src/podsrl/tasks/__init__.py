@@ -8,6 +8,7 @@ reasoning-gym's generators and verifiers (:mod:`podsrl.tasks.gym`, ``pip install
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass, field
@@ -24,6 +25,9 @@ class Problem:
     entry: dict | None = field(default=None, hash=False)
     """What the task's own verifier needs (a reasoning-gym entry, :mod:`podsrl.tasks.gym`); None:
     the gold answer is compared by podsrl.rewards.answer_matches. It reaches rewards as ``entry=``."""
+    require_marker: bool = False
+    """Pay only an answer the completion marks (``\\boxed{}``, answer tags, an answer line,
+    ``####``), never an unmarked last number (``task.require_marker``; ``require_marker=``)."""
 
 
 @dataclass
@@ -215,6 +219,14 @@ def load_task(name: str, **options) -> Task:
 
 def task_from_config(task, seed: int = 0) -> Task:
     """The task a :class:`podsrl.config.TaskConfig` names."""
-    return load_task(task.name, path=task.path, train_path=task.train_path, digits=task.digits,
-                     operations=task.operations, test_size=task.test_size, seed=seed, dataset=task.dataset,
-                     config=task.config, datasets=task.datasets)
+    loaded = load_task(task.name, path=task.path, train_path=task.train_path, digits=task.digits,
+                       operations=task.operations, test_size=task.test_size, seed=seed, dataset=task.dataset,
+                       config=task.config, datasets=task.datasets)
+    return requiring_marker(loaded) if task.require_marker else loaded
+
+
+def requiring_marker(task: Task) -> Task:
+    """``task`` with every problem paying only a marked answer (:attr:`Problem.require_marker`)."""
+    mark = lambda p: dataclasses.replace(p, require_marker=True)
+    train = task.train
+    return dataclasses.replace(task, train=lambda seed: map(mark, train(seed)), test=[mark(p) for p in task.test])

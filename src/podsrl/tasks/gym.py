@@ -29,11 +29,12 @@ import json
 import logging
 import math
 import random
+import re
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
 from podsrl.errors import PodsError, first_line
-from podsrl.rewards.answers import as_number, last_number, marked_answer
+from podsrl.rewards.answers import as_number, marked_answer
 from podsrl.rewards.pool import Unscored
 from podsrl.tasks import Problem, Task
 
@@ -258,29 +259,32 @@ def _verifier(name: str, settings: str) -> Callable[[str | None, dict], float]:
 
 
 def answer_of(completion: str, gold: str | None) -> str | None:
-    """The answer the verifier is given. reasoning-gym's convention where the completion uses it:
-    the last ``<answer>...</answer>`` (``reasoning_gym.utils.extract_answer``). Else podsrl's
-    (:mod:`podsrl.rewards.answers`), so that a model that has not learned the tags is scored on its
-    answer: where the gold is a number, the last number of the marked answer (``\\boxed{}``,
-    ``#### N``, an ``Answer:`` line) or else of the completion; otherwise the marked answer, or else
-    the completion's first non-empty line (a model told to reply with the answer only puts it
-    first, and explains after), without quotes around it or a final period the gold lacks.
-    None: the completion holds no answer."""
+    """The answer the verifier is given, whole: reasoning-gym's convention where the completion
+    uses it (the last ``<answer>...</answer>``, ``reasoning_gym.utils.extract_answer``); else the
+    answer it marks (:func:`podsrl.rewards.answers.marked_answer`: ``\\boxed{}``, ``#### N``, an
+    answer line, unless the gold itself holds the word "answer"); else the whole reply, which the
+    task's prompt asks to be only the answer (several lines stay several lines). Quotes (or
+    ``**``) around it, and a final period the gold lacks, are dropped. None: the completion holds
+    no answer."""
     from reasoning_gym.utils import extract_answer
 
     if (tagged := extract_answer(completion)) is not None:
         return tagged
-    marked = marked_answer(completion)
-    if gold and as_number(gold.strip()) is not None:
-        return last_number(marked if marked is not None else completion)
-    if marked is None:
-        marked = next((line for line in completion.splitlines() if line.strip()), None)
-    return None if marked is None else _bare(marked, gold or "")
+    gold = gold or ""
+    marked = None if re.search(r"answer", gold, re.IGNORECASE) else marked_answer(completion)
+    if marked is not None and "\n" in gold.strip() and (block := _ANSWER_BLOCK.search(completion)):
+        marked = block.group(1)  # a gold of several lines: all that follows the last answer line's marker
+    answer = _bare(marked if marked is not None else completion, gold)
+    return answer or None
+
+
+_ANSWER_BLOCK = re.compile(r"\b(?:final answer|answer)\b(?:\s+is\b)?\s*[:=]?((?:(?!\banswer\b).)*)\Z",
+                           re.IGNORECASE | re.DOTALL)
 
 
 def _bare(answer: str, gold: str) -> str:
-    """``answer`` without white space, one pair of quotes (or ``**``) around it, and a final period
-    that ``gold`` does not end with."""
+    """``answer`` without white space around it, one pair of quotes (or ``**``) around it, and a
+    final period that ``gold`` does not end with."""
     answer = answer.strip()
     for quote in ('"', "'", "`", "**"):
         if len(answer) > 2 * len(quote) and answer.startswith(quote) and answer.endswith(quote):
@@ -291,12 +295,23 @@ def _bare(answer: str, gold: str) -> str:
     return answer
 
 
+def numeric_verdict(answer: str, gold: str | None) -> bool | None:
+    """Where the gold is a plain number: whether the whole answer equals it (podsrl's grading,
+    :func:`podsrl.rewards.answers.compare`); None where the gold is not a
+    number. A data set's verifier gives partial credit where the gold appears inside a longer
+    answer, which for a number pays wrong ones (``71`` or ``-7`` for 7); :func:`score` pays its
+    value only where this says equal."""
+    from podsrl.rewards.answers import compare
+
+    return compare(answer, gold) if gold and as_number(gold.strip()) is not None else None
+
+
 def score(completion: str, gold: str | None, entry: dict) -> float | Unscored:
     """The data set's verifier on the completion's answer (0.0 where there is none). A verifier that
     raises, or returns something other than a finite number, leaves the completion
     :class:`~podsrl.rewards.pool.Unscored` (0, counted in ``reward_timeouts``)."""
     answer = answer_of(completion, gold)
-    if answer is None:
+    if answer is None or numeric_verdict(answer, gold) is False:
         return 0.0
     name = entry["dataset"]
     try:
