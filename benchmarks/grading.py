@@ -167,7 +167,8 @@ def wrong_completions(p: dict, other: dict, dataset: str, rng: random.Random) ->
     rows.append(("restated_question", p["question"]))
     if dataset == "gsm8k" and p["calc"]:
         expr, result = p["calc"][-1]
-        if same_value(result, g) and not same_value(expr.strip(), "0") and re.search(r"[-+*/]", expr):
+        # a sum, difference or product (a quotient a/b is also a fraction: a number written as one)
+        if same_value(result, g) and re.search(r"\d\s*[-+*]\s*\d", expr) and "/" not in expr:
             rows.append(("restated_computation", f"The answer is {expr.strip()}."))
     return rows
 
