@@ -1,0 +1,275 @@
+"""The accuracy reward, class by class: hand-written completions, each with the verdict the
+mathematics gives (paid or not), through the public API (``answer_matches``, ``accuracy_reward``)
+and each task's reward path.
+
+A class is a way an answer can be written that a grader reading numbers out of the text, instead of
+comparing the answer whole, gets wrong: words or units in the answer, hedges, commas and spaces,
+several boxes for a list, chained results, display maths after "Answer", a restated question, and
+on reasoning-gym tasks a wrong number that the data set's own verifier credits in part, or a right
+answer that spans several lines. The verdicts are worked out by hand from the values, never from a
+grader's output.
+"""
+
+import importlib.util
+from functools import lru_cache
+
+import pytest
+
+from podsrl.rewards import accuracy_reward, answer_matches
+from podsrl.rewards import pool
+from podsrl.tasks import arithmetic
+
+
+@pytest.fixture(autouse=True)
+def unhurried_pool():
+    """A pool bound far above any grade's cost: these tests check grades, not the bound."""
+    pool.configure(timeout=60.0)
+    yield
+    pool.configure()
+
+
+# (completion, gold, should_pay), by class; each verdict from the values written.
+CLASSES: dict[str, list[tuple[str, str, bool]]] = {
+    # A word or unit in the answer: the answer is compared whole, the unit stripped only where what
+    # remains is one complete expression (then that whole expression is compared).
+    "words_in_answer": [
+        (r"\boxed{\sqrt{4} \text{ units}}", "4", False),  # sqrt(4) = 2
+        (r"\boxed{\sqrt{4} \text{ units}}", "2", True),
+        (r"\boxed{\frac{1}{10} \text{ units}}", "10", False),  # 1/10
+        (r"\boxed{\frac{1}{10} \text{ units}}", "0.1", True),
+        ("The answer is 10^2 apples.", "2", False),  # 100
+        ("The answer is 10^2 apples.", "100", True),
+        (r"\boxed{2^{10} \text{ units}}", "10", False),  # 1024
+        (r"\boxed{2^{10} \text{ units}}", "1024", True),
+        (r"\boxed{3\sqrt{2} \text{ cm}}", "2", False),  # 4.24...
+        (r"\boxed{\text{not } 12}", "12", False),
+        (r"\boxed{AB12}", "12", False),
+        ("The final answer is AZYUK2A.", "2", False),
+        (r"\boxed{12 \text{ cm}}", "12", True),
+        ("The answer is 45 apples.", "45", True),
+        (r"The final answer is $15 \text{ dollars}$.", "15", True),
+    ],
+    # A hedge names two answers; one of them being right is not an answer.
+    "hedges": [
+        (r"The final answer is $2 \text{ or } 3$.", "3", False),
+        (r"The final answer is $2 \text{ or } 3$.", "2", False),
+        (r"\boxed{2 \text{ or } 3}", "3", False),
+        ("The answer is 2 or 3.", "3", False),
+        ("<answer>2 or 3</answer>", "3", False),
+        ("#### 5 or 6", "6", False),
+        (r"\boxed{\text{either } 7 \text{ or } 8}", "8", False),
+    ],
+    # Commas and spaces are part of the answer: a thousands separator only in the 1,234,567 pattern.
+    "commas_and_spaces": [
+        (r"\boxed{1, 2}", "12", False),
+        (r"\boxed{12}", "1, 2", False),
+        (r"\boxed{-21}", "-2, 1", False),
+        ("The answer is 1,2.", "12", False),
+        ("So the point is (3,5)", "35", False),
+        (r"\boxed{357}", "3, 5, 7", False),
+        (r"\boxed{3, 5}", "35", False),
+        (r"\boxed{2, 3}", "3", False),
+        (r"\boxed{12,34}", "1234", False),  # not the 1,234 pattern
+        (r"\boxed{1,2345}", "12345", False),
+        ("The answer is 1,234.", "1234", True),
+        ("1,234", "1234", True),
+        (r"\boxed{1,234,567}", "1234567", True),
+        ("#### 1,234", "1234", True),
+        (r"\boxed{(3,5)}", "(3, 5)", True),
+    ],
+    # A gold that is a list is compared as one; several boxes in the final sentence form the list.
+    "lists_and_several_boxes": [
+        (r"$\boxed{3}, \boxed{5}, \boxed{7}$", "3, 5, 7", True),
+        (r"n = \boxed{1}, \boxed{-2}", "1,-2", True),
+        (r"\boxed{3, 5, 7}", "3, 5, 7", True),
+        (r"The roots are $\boxed{-2}$ and $\boxed{1}$.", "-2, 1", True),
+        (r"$\boxed{3}, \boxed{5}$", "3, 5, 7", False),  # a part of the list
+        (r"\boxed{7}", "3, 5, 7", False),
+        (r"$\boxed{3}, \boxed{5}, \boxed{8}$", "3, 5, 7", False),
+        (r"n = \boxed{1}, \boxed{2}", "1,-2", False),
+    ],
+    # A chained result: the last side of the chain is the answer.
+    "chained_result": [
+        (r"The answer is $x = 5+5+1 = 11$.", "11", True),
+        (r"\boxed{x = 409+83 = 492}", "492", True),
+        (r"\boxed{409 + 83 = 492}", "492", True),
+        ("409 + 83 = 492", "492", True),
+        (r"\boxed{x = 5}", "5", True),
+        (r"\boxed{x = 409+83 = 491}", "492", False),
+        (r"The answer is $x = 5+5+1 = 12$.", "11", False),
+    ],
+    # "Answer" followed by display maths on its own lines.
+    "display_math_after_answer": [
+        ("Answer \\[ \n 9 \n \\]", "9", True),
+        ("Answer $$ \n 9 \n $$", "9", True),
+        ("Answer:\n\\[\n\\frac{1}{2}\n\\]", "0.5", True),
+        ("Answer \\[ \n 8 \n \\]", "9", False),
+    ],
+    # The usual ways of marking an answer, right and wrong.
+    "usual_styles": [
+        (r"so $x = \boxed{42}$", "42", True),
+        ("The answer is 42.", "42", True),
+        ("<answer>42</answer>", "42", True),
+        ("<think>6 * 7</think> <answer>42</answer>", "42", True),
+        ("Natalia sold 48 / 2 = 24 clips in May.\n#### 42", "42", True),
+        ("Answer: 42", "42", True),
+        ("The final answer is $42$.", "42", True),
+        (r"\boxed{\frac{3}{4}}", "0.75", True),  # a decimal side compared to 6 places
+        (r"\boxed{\dfrac{1}{2}}", r"\frac12", True),
+        (r"\boxed{[1, 3)}", "[1,3)", True),
+        (r"\boxed{(-\infty, 2]}", r"(-\infty,2]", True),
+        (r"\boxed{2\sqrt{5}}", r"\sqrt{20}", True),
+        (r"\boxed{\sqrt{20}}", r"2\sqrt{5}", True),
+        (r"\boxed{41}", "42", False),
+        ("#### 41", "42", False),
+        ("<answer>-42</answer>", "42", False),
+        ("The answer is 4.2.", "42", False),
+        (r"\boxed{\frac{4}{3}}", "0.75", False),
+        (r"\boxed{(1, 3]}", "[1,3)", False),
+        (r"\boxed{4\sqrt{5}}", r"\sqrt{20}", False),
+        (r"\boxed{\sqrt{5}}", r"2\sqrt{5}", False),
+    ],
+    # A restated question is not an answer, even where its last number equals the result.
+    "restated_question": [
+        ("0 + 5 =", "5", False),
+        ("8 - 4 =", "4", False),
+        ("6 - 3 =", "3", False),
+        ("1 * 1 =", "1", False),
+        ("The answer is 409 + 83", "492", False),
+        (r"\boxed{409 + 83}", "492", False),
+        ("8 - 4 = 4", "4", True),
+        ("0 + 5 = 5", "5", True),
+        ("8 - 4 = 5", "4", False),
+    ],
+}
+
+CASES = [pytest.param(c, g, pay, id=f"{name}-{i}") for name, cases in CLASSES.items() for i, (c, g, pay) in enumerate(cases)]
+
+
+@pytest.mark.parametrize("completion,gold,should_pay", CASES)
+def test_answer_matches(completion, gold, should_pay):
+    assert answer_matches(completion, gold) is should_pay
+
+
+@pytest.mark.parametrize("name", list(CLASSES))
+def test_accuracy_reward_in_batch(name):
+    """The same cases in one batch (the fast path and the pool together), as the trainer scores."""
+    completions, golds, pays = zip(*CLASSES[name])
+    expected = [1.0 if pay else 0.0 for pay in pays]
+    assert accuracy_reward(list(completions), list(golds)) == expected
+
+
+# --------------------------------------------------------------------------- the arithmetic task
+
+
+def _task_scores(task, completions: list[str]) -> list[float]:
+    """The task's reward path: accuracy_reward with the problems' answer and entry columns."""
+    return accuracy_reward(completions, [p.answer for p in task.test], [p.entry for p in task.test])
+
+
+@pytest.mark.parametrize("operations", ["+", "+-*"], ids=["default", "all_operations"])
+def test_arithmetic_task_never_pays_the_restated_question(operations):
+    """The default task's held-out problems ``a + b =`` (and with - and *): the question written
+    back is never paid, even where its last number is the result (0 + 5 = for 5); the question
+    with its result stated is always paid."""
+    task = arithmetic(digits=1, operations=operations, test_size=200, seed=0)
+    tempting = [p for p in task.test if p.question.rstrip(" =").split()[-1] == p.answer]
+    assert tempting, "the held-out set has no question whose last number is its result"
+    assert _task_scores(task, [p.question for p in task.test]) == [0.0] * len(task.test)
+    assert _task_scores(task, [f"{p.question} {p.answer}" for p in task.test]) == [1.0] * len(task.test)
+    assert _task_scores(task, [p.answer for p in task.test]) == [1.0] * len(task.test)
+
+
+# --------------------------------------------------------------------------- reasoning-gym tasks
+
+needs_gym = pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None, reason="needs reasoning-gym")
+
+
+@lru_cache(maxsize=None)
+def _gym(dataset: str, test_size: int = 20):
+    from podsrl.tasks.gym import gym_task
+
+    return gym_task(dataset=dataset, test_size=test_size, seed=0)
+
+
+def _gym_scores(problem, completions: list[str]) -> list[float]:
+    """The gym task's reward path: the problem's gold and its entry, per completion."""
+    return accuracy_reward(completions, [problem.answer] * len(completions), [problem.entry] * len(completions))
+
+
+def _numeric_problem(dataset: str):
+    """A held-out problem whose gold is a positive integer (so that -g, g1 and 1g are other numbers)."""
+    problem = next((p for p in _gym(dataset).test if p.answer.isdigit() and int(p.answer) > 0), None)
+    assert problem is not None, f"{dataset}: no held-out problem with a positive integer gold"
+    return problem
+
+
+def _wrong_numbers(gold: str) -> list[str]:
+    """Other numbers that contain the gold's digits: its negation, digits appended or prepended."""
+    return [f"-{gold}", f"{gold}1", f"1{gold}", f"<answer>-{gold}</answer>", f"<answer>{gold}1</answer>",
+            f"The answer is -{gold}.", rf"\boxed{{1{gold}}}"]
+
+
+@needs_gym
+@pytest.mark.parametrize("dataset", ["letter_counting", "count_bits", "chain_sum"])
+def test_gym_wrong_number_scores_zero(dataset):
+    """A wrong number scores 0, although the data set's verifier credits a longer answer that
+    contains the gold (letter_counting, count_bits) or a sign flip (chain_sum) in part."""
+    problem = _numeric_problem(dataset)
+    wrong = _wrong_numbers(problem.answer)
+    assert _gym_scores(problem, wrong) == [0.0] * len(wrong), list(zip(wrong, _gym_scores(problem, wrong)))
+    assert _gym_scores(problem, [problem.answer, f"<answer>{problem.answer}</answer>"]) == [1.0, 1.0]
+
+
+@needs_gym
+def test_gym_symbolic_sign_flip_is_not_solved():
+    """gsm_symbolic's verifier reads the digits after a minus sign; -g is as wrong as g + 1 and
+    earns no more than it (the data set's own credit for a wrong number, at most)."""
+    problem = _numeric_problem("gsm_symbolic")
+    other = str(int(problem.answer) + 1)
+    [floor] = _gym_scores(problem, [other])
+    assert floor < 1.0
+    wrong = _wrong_numbers(problem.answer)
+    scores = _gym_scores(problem, wrong)
+    assert all(s <= floor for s in scores), list(zip(wrong, scores))
+    assert _gym_scores(problem, [problem.answer]) == [1.0]
+
+
+def _as_written(gold: str) -> list[str]:
+    """A multi-line answer as a model writes it: the reply alone, in answer tags, in tags on lines
+    of their own, after a line of reasoning inside tags."""
+    return [gold, f"{gold}\n", f"<answer>{gold}</answer>", f"<answer>\n{gold}\n</answer>",
+            f"<think>Rotate it.</think>\n<answer>\n{gold}\n</answer>"]
+
+
+# The data sets whose golds span lines and whose defaults gym_task accepts (futoshiki's generator
+# takes minutes for a held-out set; tower_of_hanoi's defaults give too few distinct questions).
+MULTILINE = ["arc_agi", "kakurasu", "manipulate_matrix", "mini_sudoku", "modulo_grid", "n_queens", "pool_matrix",
+             "rearc", "rotate_matrix", "sudoku", "survo"]
+
+
+@needs_gym
+@pytest.mark.parametrize("dataset", MULTILINE)
+def test_gym_multiline_answer_exactly_right_scores_one(dataset):
+    """The gold itself, as the reply or in answer tags, scores 1; with one entry changed, it does not."""
+    problems = [p for p in _gym(dataset, 3).test if "\n" in p.answer.strip()]
+    assert problems, f"{dataset}: no held-out gold spans lines"
+    for problem in problems:
+        written = _as_written(problem.answer)
+        assert _gym_scores(problem, written) == [1.0] * len(written), list(zip(written, _gym_scores(problem, written)))
+        lines = problem.answer.split("\n")
+        first = lines[0].split(" ")
+        first[0] = "1" if first[0] != "1" else "2"  # one entry changed
+        wrong = "\n".join([" ".join(first), *lines[1:]])
+        assert _gym_scores(problem, [wrong, f"<answer>{wrong}</answer>"]) != [1.0, 1.0]
+
+
+@needs_gym
+@pytest.mark.parametrize("dataset,test_size", [("caesar_cipher", 40), ("emoji_mystery", 200)])
+def test_gym_gold_containing_the_word_answer_is_not_cut(dataset, test_size):
+    """A gold holding "answer" (``ANSWERED THE FACE ...``, ``'Yes,' answers Dr.``) given whole scores 1."""
+    task = _gym(dataset, test_size)
+    problem = next((p for p in task.test if "answer" in p.answer.lower()), None)
+    assert problem is not None, f"{dataset}: no held-out gold holds the word answer"
+    written = [problem.answer, f"<answer>{problem.answer}</answer>"]
+    assert _gym_scores(problem, written) == [1.0, 1.0], list(zip(written, _gym_scores(problem, written)))

@@ -1,0 +1,184 @@
+"""A property of the accuracy reward that can fail: podsrl pays a completion only where math-verify,
+given the same answer, also pays.
+
+The answers are generated (integers, decimals, fractions, roots, powers, units, hedges, lists and
+tuples, codes of letters and digits, merged digits, chained and restated computations) from the
+gold's own numbers, so that near misses are common, and written in the ways a model marks an answer
+(``\\boxed{}``, ``$...$``, ``\\(...\\)``, an answer line, answer tags, ``####``, or bare). math-verify
+is then given the answer itself, wrapped as ``$...$`` and as ``\\boxed{...}`` (paying where either
+pays), so that the deliberate differences do not count against podsrl: it reads answer tags and
+``####``, which math-verify does not, and it is stricter on a restated computation (``409 + 83`` is
+not an answer to 492), which the property allows, since it only bounds podsrl from above.
+"""
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from math_verify import parse, verify
+
+from podsrl.rewards import answer_matches
+from podsrl.rewards import pool
+
+PROFILE = settings(max_examples=300, derandomize=True, deadline=None, database=None,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(autouse=True)
+def unhurried_pool():
+    """A pool bound far above any grade's cost: these tests check grades, not the bound."""
+    pool.configure(timeout=60.0)
+    yield
+    pool.configure()
+
+
+def math_verify_pays(gold: str, answer: str) -> bool:
+    """math-verify's verdict on the answer alone: as inline maths or boxed, either paying."""
+    golds = parse(f"${gold}$")
+    return any(verify(golds, parse(wrapped)) for wrapped in (f"${answer}$", f"\\boxed{{{answer}}}"))
+
+
+# --------------------------------------------------------------------------- golds and answers
+
+small = st.integers(min_value=0, max_value=30)
+numbers = st.one_of(small, st.integers(min_value=-99, max_value=1_500_000))
+
+
+@st.composite
+def golds(draw) -> tuple[str, list[int]]:
+    """A gold answer and the integers it is made of (which the answers reuse)."""
+    kind = draw(st.sampled_from(["int", "int", "decimal", "frac", "sqrt", "list", "tuple", "power"]))
+    a, b = draw(numbers), draw(st.integers(min_value=1, max_value=12))
+    if kind == "int":
+        return str(a), [a]
+    if kind == "decimal":
+        return f"{a}.{b}", [a, b]
+    if kind == "frac":
+        return rf"\frac{{{a}}}{{{b + 1}}}", [a, b + 1]
+    if kind == "sqrt":
+        return rf"{b}\sqrt{{{draw(st.sampled_from([2, 3, 5, 7]))}}}", [b]
+    if kind == "power":
+        return str(b**2), [b, 2]
+    items = draw(st.lists(small, min_size=2, max_size=3))
+    text = ", ".join(map(str, items))
+    return (text if kind == "list" else f"({text})"), items
+
+
+UNITS = [r" \text{ units}", r"\text{ cm}", " apples", r" \mbox{ m}"]
+LETTERS = ["AB", "X", "AZYUK", "Q"]
+
+
+@st.composite
+def answers(draw, parts: list[int]) -> str:
+    """An answer built from the gold's integers and a few others: right, near, or tempting."""
+    pick = lambda: draw(st.one_of(st.sampled_from(parts), small, st.sampled_from([p + 1 for p in parts] + [-p for p in parts])))
+    x, y, z = pick(), pick(), pick()
+    kind = draw(st.sampled_from([
+        "int", "decimal", "frac", "slash", "sqrt", "power", "unit", "hedge", "text_hedge", "list", "tuple",
+        "code", "merged", "thousands", "chain", "restated", "negated", "not"]))
+    if kind == "int":
+        return str(x)
+    if kind == "decimal":
+        return f"{x}.{abs(y)}"
+    if kind == "frac":
+        return rf"\frac{{{x}}}{{{abs(y) or 1}}}"
+    if kind == "slash":
+        return f"{x}/{abs(y) or 1}"
+    if kind == "sqrt":
+        return rf"{abs(x) or ''}\sqrt{{{abs(y)}}}"
+    if kind == "power":
+        return f"{x}^{{{abs(y) % 4}}}"
+    if kind == "unit":
+        inner = draw(st.sampled_from([str(x), rf"\sqrt{{{abs(x)}}}", rf"\frac{{1}}{{{abs(x) or 1}}}", f"{x}^{{2}}"]))
+        return inner + draw(st.sampled_from(UNITS))
+    if kind == "hedge":
+        return f"{x} or {y}"
+    if kind == "text_hedge":
+        return rf"{x} \text{{ or }} {y}"
+    if kind == "list":
+        return ", ".join(map(str, [x, y, z][: draw(st.integers(2, 3))]))
+    if kind == "tuple":
+        return f"({x}, {y})"
+    if kind == "code":
+        return draw(st.sampled_from(LETTERS)) + str(abs(x)) + draw(st.sampled_from(["", "A", "cd"]))
+    if kind == "merged":
+        return f"{abs(x)},{abs(y)}"
+    if kind == "thousands":
+        return f"{abs(x)},{abs(y):03d}"
+    if kind == "chain":
+        return f"x = {x}+{y} = {x + y}"
+    if kind == "restated":
+        return f"{x} + {y}"
+    if kind == "negated":
+        return f"-{x}"
+    return rf"\text{{not }} {x}"
+
+
+PLAIN = r"-?\d+(\.\d+)?"
+
+WRAPPERS = {
+    "boxed": lambda a: f"So the result is $\\boxed{{{a}}}$.",
+    "inline": lambda a: f"The final answer is ${a}$.",
+    "paren": lambda a: f"Therefore the answer is \\({a}\\).",
+    "answer_is": lambda a: f"The answer is {a}.",
+    "answer_line": lambda a: f"Some work first.\nAnswer: {a}",
+    "tags": lambda a: f"<think>Some work first.</think> <answer>{a}</answer>",
+    "hashes": lambda a: f"Some work first.\n#### {a}",
+    "bare": lambda a: a,
+}
+
+
+@st.composite
+def cases(draw) -> tuple[str, str, str]:
+    gold, parts = draw(golds())
+    answer = draw(answers(parts))
+    wrapper = draw(st.sampled_from(sorted(WRAPPERS)))
+    if wrapper == "bare":  # unmarked: the last number read off the text is the answer, for a plain number only
+        answer = str(draw(st.sampled_from(parts)) + draw(st.sampled_from([0, 1, -1])))
+    return gold, answer, WRAPPERS[wrapper](answer)
+
+
+@PROFILE
+@given(cases())
+def test_podsrl_pays_only_where_math_verify_pays(case):
+    gold, answer, completion = case
+    if answer_matches(completion, gold):
+        assert math_verify_pays(gold, answer), f"paid {completion!r} for {gold!r}; math-verify rejects {answer!r}"
+
+
+# --------------------------------------------------------------------------- right answers
+
+
+@st.composite
+def right_answers(draw) -> tuple[str, str]:
+    """A gold and an equal answer written another way (a fraction as a decimal, sqrt forms, ...)."""
+    kind = draw(st.sampled_from(["int", "thousands", "frac", "decimal", "sqrt", "list", "chain", "unit"]))
+    a, b = draw(numbers), draw(st.integers(min_value=1, max_value=9))
+    if kind == "int":
+        return str(a), str(a)
+    if kind == "thousands":
+        n = draw(st.integers(min_value=1000, max_value=9_999_999))
+        return str(n), f"{n:,}"
+    if kind == "frac":
+        value = Fraction(a, 2**b)  # a finite decimal: written exactly both ways
+        return rf"\frac{{{value.numerator}}}{{{value.denominator}}}", str(float(value))
+    if kind == "decimal":
+        return f"{a}.5", rf"\frac{{{2 * a + (1 if a >= 0 else -1)}}}{{2}}" if a >= 0 else f"{a}.50"
+    if kind == "sqrt":
+        return rf"\sqrt{{{b * b * 5}}}", rf"{b}\sqrt{{5}}"
+    if kind == "list":
+        items = ", ".join(map(str, draw(st.lists(small, min_size=2, max_size=3))))
+        return items, items
+    if kind == "chain":
+        return str(a + b), f"{a} + {b} = {a + b}"
+    return str(a), rf"{a} \text{{ units}}"
+
+
+@PROFILE
+@given(right_answers(), st.sampled_from(sorted(set(WRAPPERS) - {"bare"})))
+def test_a_right_answer_is_paid_in_every_marked_style(pair, wrapper):
+    gold, answer = pair
+    assert math_verify_pays(gold, answer), f"the generator's pair is not equal: {answer!r} for {gold!r}"
+    completion = WRAPPERS[wrapper](answer)
+    assert answer_matches(completion, gold), f"not paid: {completion!r} for {gold!r}"
