@@ -104,7 +104,8 @@ PEER_CLASSES: dict[str, list[tuple[str, str, bool]]] = {
         (r"Therefore $\boxed{-x < -2}$.", "x > 2", True),
         (r"Therefore $\boxed{x > -2}$.", "x > 2", False),
         (r"Therefore $\boxed{x \neq 6}$.", "x != 6", True),
-        (r"The answer is $t \approx 8$.", "8", True),
+        # an approximation is not the exact value: podsrl's deliberate difference (docs/rewards.md)
+        (r"The answer is $t \approx 8$.", "8", False),
     ],
     "matrices": [
         (r"The result is $\boxed{\begin{pmatrix} 2 & 0 \\ 0 & 2 \end{pmatrix}}$.", r"\begin{pmatrix} 2 & 0 \\ 0 & 2 \end{pmatrix}", True),

@@ -119,10 +119,18 @@ def _answer_line(text: str) -> str | None:
         rest = match.group(1).strip()
         if rest in ("", "\\[", "$$") and (display := _DISPLAY.match(text, match.start(1))):
             return display.group(2).strip()
-        rest = _last_boxed(rest) or _SENTENCE_END.split(rest)[0].rstrip(".").strip().strip("$").strip()
+        rest = _last_boxed(rest) or _unwrapped(_SENTENCE_END.split(rest)[0].rstrip(".").strip())
         if rest:
             return rest
     return None
+
+
+_MATH_DELIMITERS = re.compile(r"\s*(?:\$\$?|\\\(|\\\[)\s*(.*?)\s*(?:\$\$?|\\\)|\\\])\s*\.?", re.DOTALL)
+
+
+def _unwrapped(answer: str) -> str:
+    """``answer`` without the maths delimiters around it (``$…$``, ``\\(…\\)``, ``\\[…\\]``)."""
+    return m.group(1) if (m := _MATH_DELIMITERS.fullmatch(answer)) else answer.strip("$").strip()
 
 
 def marked_answer(text: str) -> str | None:
@@ -287,17 +295,22 @@ def restated(answer: str) -> bool:
     return not result or bool(_RESTATED.fullmatch(result))
 
 
-_HEDGE_MARK = re.compile(r"\\(?:approx|sim|simeq|pm|mp|geq?|leq?|neq?|lt|gt)(?![A-Za-z])|[≈±∓<>≤≥≠]")
+_HEDGE_MARK = re.compile(r"\\(?:approx|sim|simeq|pm|mp)(?![A-Za-z])|[≈±∓]")
+_RELATION = re.compile(r"\\(?:geq?|leq?|neq?|lt|gt)(?![A-Za-z])|[<>≤≥≠]|!=")
+_LIST_WORDS = {"and"}  # 4, 7 and 12: a list, where the gold is one
+_LIST_MARKS = {"\\pm", "\\mp", "±", "∓"}  # ±5: the list -5, 5
 
 
 def hedged(answer: str, gold: str) -> bool:
     """Whether ``answer`` hedges or qualifies its value with a word or sign the gold does not use
-    (``2 or 3``, ``4 or more``, ``about 5``, ``5 thousand``, ``\\text{not } 12``, ``\\approx 5``,
-    ``> 3``)."""
+    (``2 or 3``, ``4 or more``, ``about 5``, ``5 thousand``, ``\\text{not } 12``, ``\\approx 5``;
+    a relation ``> 3`` where the gold is none; ``and`` or ``\\pm`` are a list's where the gold is one)."""
+    listed = is_list(gold)
     words = {w.lower() for w in _WORDS.findall(answer)} & HEDGES
-    if words - {w.lower() for w in _WORDS.findall(gold)}:
-        return True
-    return bool(set(_HEDGE_MARK.findall(answer)) - set(_HEDGE_MARK.findall(gold)))
+    words -= {w.lower() for w in _WORDS.findall(gold)} | (_LIST_WORDS if listed else set())
+    marks = set(_HEDGE_MARK.findall(answer)) - set(_HEDGE_MARK.findall(gold)) - (_LIST_MARKS if listed else set())
+    relation = bool(_RELATION.search(answer)) and not _RELATION.search(gold)
+    return bool(words or marks or relation)
 
 
 def refused(answer: str, gold: str) -> str | None:
