@@ -193,7 +193,7 @@ def gsm8k_wrong(gold: str) -> dict[str, list[str]]:
     digits = g.lstrip("-")
     wrong = {
         "hedge": [f"The final answer is ${other} \\text{{ or }} {g}$.", f"\\boxed{{{other} \\text{{ or }} {g}}}"],
-        "list": [f"\\boxed{{{g[:len(g) - len(digits) + 1]}, {digits[1:]}}}"] if len(digits) > 1 and digits[1:].isdigit() else [],
+        "list": [f"\\boxed{{{g[: len(g) - len(digits) + 1]}, {digits[1:]}}}"] if digits[1:].isdigit() else [],
         "unit": [],
     }
     if value >= 0 and value not in (0, 1):
@@ -235,7 +235,7 @@ def held_out(task: dict, seed: int):
     from podsrl.config import TaskConfig
     from podsrl.tasks import task_from_config
 
-    return task_from_config(TaskConfig(**{k: v for k, v in task.items()}), seed).test
+    return task_from_config(TaskConfig(**task), seed).test
 
 
 def describe(task: dict) -> str:
@@ -299,14 +299,16 @@ def run(pages: list[str], gsm8k_path: Path) -> dict:
                     problems = load_task("gsm8k", path=str(gsm8k_path)).test[: source.gsm8k_questions]
                     cache[key] = exposure(problems, grader, gsm8k=True)
                 entry["sets"].append({"label": source.label, "task": {"name": "gsm8k", "questions": source.gsm8k_questions},
-                                      "describe": f"GSM8K test, first {source.gsm8k_questions}", "seeds": {"-": cache[key]}})
+                                      "describe": f"GSM8K test, first {source.gsm8k_questions}",
+                                      "seeds": {"-": cache[key]}})
                 continue
             for task, seeds in sets_of(source):
                 per_seed = {}
                 for seed in seeds:
                     key = json.dumps([task, seed], sort_keys=True)
                     if key not in cache:
-                        print(f"{page}: {describe(task)}, {task['test_size']} held-out, seed {seed}", file=sys.stderr, flush=True)
+                        print(f"{page}: {describe(task)}, {task['test_size']} held-out, seed {seed}",
+                              file=sys.stderr, flush=True)
                         cache[key] = exposure(held_out(task, seed), grader)
                     per_seed[str(seed)] = cache[key]
                 entry["sets"].append({"label": source.label, "task": task, "describe": describe(task), "seeds": per_seed})
@@ -362,10 +364,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "grader_exposure",
                         help="folder for exposure.md and exposure.json")
     parser.add_argument("--pages", default=",".join(PAGES), help=f"comma-separated, among: {', '.join(PAGES)}")
-    parser.add_argument("--gsm8k", type=Path, default=GSM8K, help="GSM8K test.jsonl (the scoring benchmark's questions)")
+    parser.add_argument("--gsm8k", type=Path, default=GSM8K,
+                        help="GSM8K test.jsonl (the scoring benchmark's questions)")
     args = parser.parse_args(argv)
     pages = [p.strip() for p in args.pages.split(",") if p.strip()]
-    if not pages or (unknown := [p for p in pages if p not in PAGES]):
+    if not pages or any(p not in PAGES for p in pages):
         parser.error(f"--pages takes names among {', '.join(PAGES)}, got {args.pages!r}")
     if "scoring" in pages and not args.gsm8k.is_file():
         parser.error(f"--gsm8k: no such file: {args.gsm8k}")
