@@ -3,18 +3,16 @@
 A loss type (:data:`LOSS_TYPES`) is a per-token *surrogate* (:data:`SURROGATES`) and an
 *aggregation* (:data:`AGGREGATIONS`) of the masked terms into a scalar:
 
-    ==========  ===========  =========================  ===========================================
-    loss_type   surrogate    aggregation                paper
-    ==========  ===========  =========================  ===========================================
-    grpo        clip         sequence_mean              DeepSeekMath, arXiv 2402.03300
-    bnpo        clip         micro_batch_token_mean     TRL's batch-normalised variant
-    dr_grpo     clip         max_length                 Dr. GRPO, arXiv 2503.20783
-    dapo        clip         token_mean                 DAPO, arXiv 2503.14476
-    cispo       cispo        token_mean                 MiniMax-M1, arXiv 2506.13585
-    sapo        sapo         sequence_mean              SAPO, arXiv 2511.20347
-    luspo       clip         sequence_sum               LUSPO, arXiv 2602.05261
-    vespo       vespo        token_mean                 VESPO, arXiv 2602.10693
-    ==========  ===========  =========================  ===========================================
+| loss_type | surrogate | aggregation | paper |
+|---|---|---|---|
+| grpo | clip | sequence_mean | DeepSeekMath, arXiv 2402.03300 |
+| bnpo | clip | micro_batch_token_mean | TRL's batch-normalised variant |
+| dr_grpo | clip | max_length | Dr. GRPO, arXiv 2503.20783 |
+| dapo | clip | token_mean | DAPO, arXiv 2503.14476 |
+| cispo | cispo | token_mean | MiniMax-M1, arXiv 2506.13585 |
+| sapo | sapo | sequence_mean | SAPO, arXiv 2511.20347 |
+| luspo | clip | sequence_sum | LUSPO, arXiv 2602.05261 |
+| vespo | vespo | token_mean | VESPO, arXiv 2602.10693 |
 
 Symbols: ℓ_θ, ℓ_old the log-probs of a completion's tokens under the policy and the policy that
 generated them; w the importance weight (:func:`importance_weight`): per token
