@@ -222,7 +222,8 @@ class Config:
     """Lower clip range of the importance ratio: ``1 - epsilon_low``, in [0, 1)."""
     epsilon_high: float = 0.2
     """Upper clip range of the importance ratio: ``1 + epsilon_high`` (DAPO's clip-higher when larger
-    than ``epsilon_low``)."""
+    than ``epsilon_low``); with loss_type=cispo the cap of the ratio itself (TRL's meaning; ScaleRL
+    recommends 5.0)."""
     vllm_importance_sampling_correction: bool = True
     """rollout.engine=vllm: weight each token's loss by the ratio π_old / μ of the policy's
     probability to vLLM's (other kernels, often another precision: bf16, CUDA graphs), as TRL
