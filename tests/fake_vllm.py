@@ -3,7 +3,8 @@ of pushes, wake-ups and generations without vLLM (and without a GPU).
 
 Its samples depend on the request's seed alone (not on the weights), so runs under any number of
 processes sample the same tokens; each sampled token comes with a log-prob, as vLLM returns with
-``SamplingParams(logprobs=0)``. ``torch.cuda.empty_cache`` is recorded too while :func:`install`
+``SamplingParams(logprobs=0)``. Built as vLLM's ``LLM`` is (``FakeLLM.engine``), it keeps the
+engine arguments it was given (``engine_args``). ``torch.cuda.empty_cache`` is recorded too while :func:`install`
 is in effect (the engine calls it on the CUDA path).
 """
 
@@ -27,8 +28,9 @@ class SamplingParams:
 
 
 class FakeLLM:
-    def __init__(self, log: list, vocab: int, logprob_shift: float = 0.0):
+    def __init__(self, log: list, vocab: int, logprob_shift: float = 0.0, **engine_args):
         self.log, self.vocab, self.logprob_shift = log, vocab, logprob_shift
+        self.engine_args = engine_args  # what vLLM's LLM(...) would have been given
         self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN))
         self.pushed: list[str] = []  # a digest of each push's weights
         self.sums: list[float] = []  # and the sum of their absolute values
@@ -69,6 +71,16 @@ class FakeLLM:
                 samples.append(SimpleNamespace(token_ids=tokens, logprobs=logprobs))
             outputs.append(SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"], outputs=samples))
         return outputs
+
+
+def as_vllm_module(monkeypatch, built: list) -> None:
+    """Stand in for the ``vllm`` module: its ``LLM(**engine_args)`` builds a :class:`FakeLLM`
+    (added to ``built``), so that the engine's own start-up path runs."""
+    def llm(**engine_args):
+        built.append(FakeLLM([], 16, **engine_args))
+        return built[-1]
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=llm, SamplingParams=SamplingParams))
 
 
 def install(monkeypatch, trainer, log: list, **fake) -> list:

@@ -15,7 +15,7 @@ WORKER = str(REPO / "tests" / "distributed_worker.py")
 def test_two_processes_match_one(tiny_model_dir, tmp_path):
     common = [f"model.name_or_path={tiny_model_dir}", "steps=3", "prompts_per_step=4", "n=4", "m=2",
               "task.test_size=6", "rollout.max_new_tokens=5", "progress=false", "lr=1e-2",
-              "rewards=[rewards_for_tests:varied]", "loss_type=bnpo"]
+              "rewards=[rewards_for_tests:varied]", "loss_type=dapo"]
     # both runs on the CPU (two processes on a one-GPU machine fall back to CPU ranks; the
     # one-process run must not train on the GPU, whose rounding differs from the CPU's); one thread
     # per process, so that the one-process run's kernels round as each rank's do (accelerate gives

@@ -182,8 +182,8 @@ def test_eligible_rollouts_first_against_brute_force(rule):
     """Every group of up to 7 rollouts, every m, random eligibility (none, some, all): the rollouts
     kept are min(e, m) eligible ones, and the part the rule chose (among the eligible when e >= m,
     among the ineligible for the m - e slots left otherwise) is the rule's own choice over that
-    pool, checked by brute force over its subsets (max-variance, max-reward) or by sorting
-    (percentile)."""
+    pool, checked by brute force over its subsets (max-variance: the variance of the whole kept
+    set, short groups included; max-reward) or by sorting (percentile)."""
     rng = np.random.default_rng(7)
     objective = {"max_variance": lambda v: float(np.var(v)), "max_reward": sum}.get(rule)
     checked = short = 0
@@ -204,12 +204,24 @@ def test_eligible_rollouts_first_against_brute_force(rule):
                     (pool_i, [i for i in chosen if not ok[i]], m - len(pool_e))
                 short += len(pool_e) < m
                 values, got = [row[i] for i in pool], [row[i] for i in picked]
-                if objective is not None:
+                if rule == "max_variance" and len(pool_e) < m:  # the whole kept set's variance
+                    kept = [row[i] for i in pool_e]
+                    best = max(float(np.var(kept + list(c))) for c in itertools.combinations(values, size))
+                    assert float(np.var([row[i] for i in chosen])) == pytest.approx(best, abs=1e-12)
+                elif objective is not None:
                     assert objective(got) == pytest.approx(_best_subset_value(values, size, objective), abs=1e-12)
                 elif rule == "percentile":
                     assert sorted(got) == _percentile_values(values, size)
                 checked += 1
     assert checked == 28 * 30 and short > 150
+
+
+def test_a_short_group_is_filled_for_the_variance_of_the_whole_kept_set():
+    """Eligible rewards [0, 0, 0], ineligible [1, 0], m = 4: the three eligible are kept and the
+    fourth slot takes the 1 (variance 3/16), not a 0 (variance 0, every advantage 0)."""
+    rewards = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0])
+    eligible = torch.tensor([True, True, True, False, False])
+    assert sorted(select(rewards, 4, eligible=eligible).tolist()) == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("eligible,m,expected_subsets", [

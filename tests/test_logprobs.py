@@ -18,6 +18,17 @@ def test_linear_logprobs_gradcheck():
     assert torch.allclose(LinearLogProbs.apply(hidden, weight, targets, 3).double(), reference, atol=1e-6)
 
 
+def test_linear_logprobs_at_a_temperature_gradcheck():
+    """The logits divided by T, forward and backward (the 1 / T of the chain rule)."""
+    g = torch.Generator().manual_seed(4)
+    hidden = torch.randn(7, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    weight = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    targets = torch.randint(0, 11, (7,), generator=g)
+    assert torch.autograd.gradcheck(lambda h, w: LinearLogProbs.apply(h, w, targets, 3, 0.6), (hidden, weight))
+    reference = torch.log_softmax(hidden @ weight.T / 0.6, -1).gather(1, targets[:, None]).squeeze(1)
+    assert torch.allclose(linear_logprobs(hidden, weight, targets, temperature=0.6).double(), reference, atol=1e-6)
+
+
 def test_linear_logprobs_matches_log_softmax_in_float32():
     g = torch.Generator().manual_seed(1)
     hidden = torch.randn(40, 16, generator=g, requires_grad=True)

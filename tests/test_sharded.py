@@ -40,7 +40,7 @@ WEIGHT_TOL = 1e-4  # max |Δw| after two steps
 def _common(model_dir: str) -> list[str]:
     return [f"model.name_or_path={model_dir}", "prompts_per_step=4", "n=4", "m=2", "task.test_size=4",
             "rollout.max_new_tokens=5", "progress=false", "lr=1e-2", "rewards=[rewards_for_tests:varied]",
-            "loss_type=bnpo", "beta=0.04",  # a KL term: a loss that is not 0 by construction on-policy
+            "loss_type=dapo", "beta=0.04",  # a KL term: a loss that is not 0 by construction on-policy
             "rollout.temperature=0.5", "save_optimizer=true"]  # checkpoints resumed exactly
 
 

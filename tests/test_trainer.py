@@ -170,7 +170,9 @@ def test_zero_advantage_rollouts_skip_the_update_but_leave_the_gradient(tiny_con
     s.model.load_state_dict(start)
     s.optimizer.state.clear()
     skip = trainer.update(s, tiny_config("n=4", "m=4", "mode=grpo", f"loss_type={loss_type}", "micro_batch_size=3"), rollouts, chosen, step=1)
-    assert forwarded[:3] == [3, 3, 2] and forwarded[3:] == [3, 1]  # 8 sequences, then only the 4 of group 1
+    # 8 sequences, then only the 4 of group 1: packed, or (bnpo, normalised per micro-batch) in
+    # TRL's split of the 8 into 3, 3, 2, rows of group 0 left out of each
+    assert forwarded[:3] == [3, 3, 2] and forwarded[3:] == ([2, 2] if loss_type == "bnpo" else [3, 1])
     assert full["skipped_zero_advantage"] == 0 and skip["skipped_zero_advantage"] == 4
     assert full["loss"] == pytest.approx(skip["loss"], abs=1e-6)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
@@ -236,3 +238,43 @@ def test_progress_bars_count_the_clock_under_a_budget_and_show_the_evaluation(ti
     err = capsys.readouterr().err
     assert "/1000000" not in err and " s [" in err and "/1 s" in err
     assert "eval:" in err
+
+
+@pytest.mark.parametrize("mu", [1, 2])
+def test_num_iterations_steps_mu_times_with_old_logprobs_taken_once(tiny_config, monkeypatch, mu):
+    """num_iterations = mu optimizer steps over the same rollouts: with mu = 1 one forward per
+    micro-batch (no old-policy pass, as in TRL); with mu = 2 one no-grad pass for the old policy's
+    log-probs, then two steps, the second off-policy (the ratio moves, the clip can act). Every
+    forward is at the rollout temperature."""
+    from podsrl.evaluate import chat_prompt
+
+    c = tiny_config("n=4", "m=4", "mode=grpo", f"num_iterations={mu}", "lr=0.05", "epsilon_low=0.01",
+                    "epsilon_high=0.01", "rollout.temperature=0.7")
+    s = trainer.setup(c)
+    problems = [p for _, p in zip(range(2), s.task.train(0))]
+    rollouts = s.engine.generate([chat_prompt(s.tokenizer, s.system_prompt, p.question) for p in problems], 4, 1.0, 6,
+                                 seeds=[1, 2])
+    chosen = trainer.down_sample(c, torch.tensor([[0.0, 1.0, 0.0, 0.5], [1.0, 0.0, 0.0, 0.0]]), step=1)
+    calls, steps, ratios = [], [], []
+    real_logprobs, real_step, real_loss = trainer.completion_logprobs, s.optimizer.step, trainer.policy_loss
+    monkeypatch.setattr(trainer, "completion_logprobs",
+                        lambda m, *a: calls.append((torch.is_grad_enabled(), a[-1])) or real_logprobs(m, *a))
+    monkeypatch.setattr(s.optimizer, "step", lambda: steps.append(1) or real_step())
+
+    def spy_loss(logp, advantages, mask, **kw):
+        loss, stats = real_loss(logp, advantages, mask, **kw)
+        ratios.append(float(stats.ratio))
+        return loss, stats
+
+    monkeypatch.setattr(trainer, "policy_loss", spy_loss)
+    record = trainer.update(s, c, rollouts, chosen, step=1)
+    assert all(t == 0.7 for _, t in calls)
+    assert [grad for grad, _ in calls] == ([True] if mu == 1 else [False, True, True])
+    assert len(steps) == mu
+    assert ratios[0] == pytest.approx(1.0, abs=1e-6)
+    if mu == 2:
+        assert abs(ratios[1] - 1.0) > 1e-3 and record["clip_ratio/region_mean"] > 0
+        assert record["clip_ratio/region_mean"] == pytest.approx(
+            record["clip_ratio/low_mean"] + record["clip_ratio/high_mean"])
+    else:
+        assert record["clip_ratio/region_mean"] == 0.0

@@ -200,6 +200,22 @@ def test_vllm_gets_trust_remote_code(monkeypatch, tiny_model_dir):
     assert started == [True]
 
 
+def test_vllm_is_asked_for_processed_logprobs(monkeypatch, tiny_model_dir):
+    """The engine starts vLLM with logprobs_mode=processed_logprobs: the log-probs of the
+    distribution that sampled (logits / temperature), which the update's log-probs are (as in
+    TRL); raw ones would bias the importance-sampling correction at any temperature but 1."""
+    import fake_vllm
+    from podsrl.rollout import vllm
+
+    built = []
+    fake_vllm.as_vllm_module(monkeypatch, built)
+    monkeypatch.setattr(vllm, "check_vllm", lambda config: None)
+    model, tokenizer = models.load_model(tiny_model_dir), models.load_tokenizer(tiny_model_dir)
+    vllm.VLLMEngine(model, tokenizer, RolloutConfig(engine="vllm", temperature=0.6))
+    (llm,) = built
+    assert llm.engine_args["logprobs_mode"] == "processed_logprobs"
+
+
 def test_vllm_dtype_is_bf16_on_cuda_by_default_and_configurable(tiny_model_dir):
     from podsrl.rollout.vllm import engine_arguments, engine_dtype
 
@@ -273,12 +289,18 @@ def test_sampler_correction_takes_vllms_logprobs_caps_them_and_moves_the_loss(mo
     common = ("beta=0", "loss_type=bnpo")
     _, _, plain = fake_run(monkeypatch, tiny_config, "vllm_importance_sampling_correction=false", *common,
                            "output_dir=" + str(tiny_config().output_dir) + "-plain", logprob_shift=-20.0)
-    _, _, corrected = fake_run(monkeypatch, tiny_config, *common, logprob_shift=-20.0)
+    _, _, corrected = fake_run(monkeypatch, tiny_config, *common, "vllm_importance_sampling_mode=token_truncate",
+                               logprob_shift=-20.0)
     steps = [(a, b) for a, b in zip(plain, corrected) if "loss" in a]
     assert len(steps) == 2 and all(a["sampling_ratio"] is None for a, _ in steps)
     assert all(b["sampling_ratio"] == pytest.approx(3.0) and b["sampling_clipped"] == 1.0 for _, b in steps)
     first_plain, first_corrected = steps[0][0]["loss"], steps[0][1]["loss"]
     assert first_plain != 0 and first_corrected == pytest.approx(3.0 * first_plain, rel=1e-5)
+    # TRL's default, sequence_mask: every sequence's ratio is past the cap, so every one is masked out
+    _, _, masked = fake_run(monkeypatch, tiny_config, *common, "output_dir=" + str(tiny_config().output_dir) + "-masked",
+                            logprob_shift=-20.0)
+    first = [r for r in masked if "loss" in r][0]
+    assert first["loss"] == 0.0 and first["sampling_ratio"] == 0.0 and first["sampling_clipped"] == 1.0
 
 
 # --------------------------------------------------------------------------- the engine in this process

@@ -183,9 +183,33 @@ class Config:
     worker that exceeds it is replaced and the completion scores 0, counted like a timeout."""
     scale_rewards: Literal["group", "none"] = "group"
     """group: divide advantages by the group's std (GRPO); none: only centre (Dr. GRPO)."""
-    loss_type: Literal["grpo", "bnpo", "dr_grpo"] = "grpo"
-    """How per-token losses are averaged: ``grpo``, per sequence then over sequences; ``bnpo``, over
-    all tokens of the batch; ``dr_grpo``, summed and divided by sequences × max completion length."""
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"] = "grpo"
+    """TRL's loss types (podsrl.loss_terms), under TRL's meanings: ``grpo``, the clipped surrogate
+    averaged per sequence then over sequences (the PODS paper's; TRL's default is ``dapo``);
+    ``dapo``, over every token of the optimizer batch; ``bnpo``, each micro-batch's token mean
+    divided by the accumulation steps; ``dr_grpo``, summed and divided by sequences × max
+    completion length; ``cispo``, the clipped weight detached times the log-prob (epsilon_high is
+    its cap, ~5); ``sapo``, a soft gate for the clip; ``luspo``, per-sequence sums (with
+    importance_sampling_level=sequence); ``vespo``, a Gamma weight of the sequence's ratio."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    """The importance weight of the policy against the one that generated: per ``token``, or one per
+    ``sequence``, the exponential of its tokens' mean log-ratio (GSPO)."""
+    num_iterations: int = 1
+    """μ: optimizer steps over each step's selected rollouts (TRL's ``num_iterations``); the old
+    policy's log-probs are taken once, before the first, so that from the second on the ratio
+    moves off 1 and ``epsilon_low``/``epsilon_high`` clip it. 1: no extra forward pass."""
+    sapo_temperature_pos: float = 1.0
+    """loss_type=sapo: the gate's temperature for positive advantages."""
+    sapo_temperature_neg: float = 1.05
+    """loss_type=sapo: the gate's temperature for the others."""
+    vespo_k_pos: float = 2.0
+    """loss_type=vespo: the Gamma weight's power k for advantages >= 0."""
+    vespo_lambda_pos: float = 3.0
+    """loss_type=vespo: the Gamma weight's decay λ for advantages >= 0."""
+    vespo_k_neg: float = 3.0
+    """loss_type=vespo: k for negative advantages."""
+    vespo_lambda_neg: float = 2.0
+    """loss_type=vespo: λ for negative advantages."""
     lr: float = 3e-5
     """AdamW learning rate."""
     weight_decay: float = 0.0
@@ -194,16 +218,24 @@ class Config:
     """Clip the gradient's global norm to this (0: no clipping)."""
     beta: float = 0.0
     """KL weight to the reference (base) policy; 0 disables it."""
+    use_bias_correction_kl: bool = True
+    """Multiply the KL term by the importance weight (DeepSeek-V3.2; TRL's default): its gradient
+    is then the unbiased reverse-KL gradient; on-policy its value is unchanged."""
     epsilon_low: float = 0.2
     """Lower clip range of the importance ratio: ``1 - epsilon_low``, in [0, 1)."""
     epsilon_high: float = 0.2
     """Upper clip range of the importance ratio: ``1 + epsilon_high`` (DAPO's clip-higher when larger
-    than ``epsilon_low``)."""
+    than ``epsilon_low``); with loss_type=cispo the cap of the ratio itself (TRL's meaning; ScaleRL
+    recommends 5.0)."""
     vllm_importance_sampling_correction: bool = True
-    """rollout.engine=vllm: weight each token's loss by min(π_θ / μ, cap), the truncated ratio of the
-    policy's probability of the token to vLLM's (other kernels, often another precision: bf16,
-    CUDA graphs), as TRL does; its mean and the share of tokens capped are logged
+    """rollout.engine=vllm: weight each token's loss by the ratio π_old / μ of the policy's
+    probability to vLLM's (other kernels, often another precision: bf16, CUDA graphs), as TRL
+    does, per token or per sequence and truncated or masked at the cap
+    (``vllm_importance_sampling_mode``); its mean and the share of tokens past the cap are logged
     (``sampling_ratio``, ``sampling_clipped``). The HF engine samples from the policy itself."""
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "sequence_mask"
+    """How that ratio is formed (TRL's names and default): per token or of the whole sequence (the
+    product of its tokens' ratios); past the cap truncated to it, or masked (weight 0)."""
     vllm_importance_sampling_cap: float = 3.0
     """The cap of that ratio (TRL's ``vllm_importance_sampling_clip_max``), >= 1."""
     skip_zero_advantage: bool = True
@@ -462,6 +494,12 @@ def validate(c: Config, baseline: Config | None = None) -> None:
     need(c.beta >= 0, f"beta must be >= 0, got {c.beta}")
     need(0 <= c.epsilon_low < 1 and c.epsilon_high >= 0,
          f"epsilon_low must be in [0, 1) and epsilon_high >= 0, got {c.epsilon_low} and {c.epsilon_high}")
+    need(c.num_iterations >= 1, f"num_iterations must be >= 1, got {c.num_iterations}")
+    need(not (c.loss_type == "vespo" and c.rollout.engine == "vllm" and c.vllm_importance_sampling_correction
+              and c.vllm_importance_sampling_mode.startswith("sequence")),
+         "loss_type=vespo folds vLLM's correction into its own sequence weight token by token: set "
+         "vllm_importance_sampling_mode=token_truncate or token_mask")
+    need(c.sapo_temperature_pos > 0 and c.sapo_temperature_neg > 0, "sapo_temperature_pos and _neg must be > 0")
     need(c.vllm_importance_sampling_cap >= 1,
          f"vllm_importance_sampling_cap must be >= 1, got {c.vllm_importance_sampling_cap}")
     need(c.micro_batch_size is None or c.micro_batch_size >= 1, "micro_batch_size must be >= 1")
@@ -509,6 +547,9 @@ APPLIES_WITH = (  # (keys, what they need, the key that decides, whether this co
     (("prompt_filter_target",), "prompt_filter=history", "prompt_filter", lambda c: c.prompt_filter == "history"),
     (("dynamic_sampling_rounds",), "dynamic_sampling=true", "dynamic_sampling", lambda c: c.dynamic_sampling),
     (("rule",), "mode=pods (the others train every rollout)", "mode", lambda c: c.mode == "pods"),
+    (("sapo_temperature_pos", "sapo_temperature_neg"), "loss_type=sapo", "loss_type", lambda c: c.loss_type == "sapo"),
+    (("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"), "loss_type=vespo", "loss_type",
+     lambda c: c.loss_type == "vespo"),
     (("m",), "mode=pods or grpo-ga (grpo trains all n: leave m out, or give m=n)", "mode",
      lambda c: c.mode != "grpo" or c.m == c.n),
     (("task.path",), "task.name=gsm8k or math500", "task.name", lambda c: c.task.name in ("gsm8k", "math500")),

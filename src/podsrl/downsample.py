@@ -55,7 +55,8 @@ def select(
         eligible: optional bool tensor shaped like ``rewards``, False for rollouts that cannot
             train (say, a truncated completion whose tokens are masked out). The rule runs on each
             group's eligible rollouts; an ineligible one is chosen only when its group has fewer
-            than ``m`` eligible, and then the rule picks the remaining slots among the ineligible.
+            than ``m`` eligible, and then the remaining slots are filled from the ineligible
+            (max_variance: so that the whole kept set has the largest variance).
 
     Returns:
         long tensor ``[B, m]`` (or ``[m]``) of indices into the last dimension of ``rewards``.
@@ -101,7 +102,9 @@ def _eligible_first(rewards: Tensor, m: int, rule: str, generator: torch.Generat
     """:func:`select` with an eligibility mask: groups with the same number e of eligible rollouts
     are handled together. The rule runs on the eligible rewards (kept in index order, so the
     rules' tie-breaks still follow the original indices) when e >= m; when e < m every eligible
-    one is kept and the rule fills the m - e other slots from the ineligible ones."""
+    one is kept and the m - e other slots are filled from the ineligible ones: by the rule's
+    :data:`FILLS` entry over the whole kept set (max_variance: the kept set's variance), else by
+    the rule run on the ineligible ones."""
     B, n = rewards.shape
     counts = eligible.sum(-1)  # [B]
     idx = torch.empty(B, m, dtype=torch.long, device=rewards.device)
@@ -112,8 +115,9 @@ def _eligible_first(rewards: Tensor, m: int, rule: str, generator: torch.Generat
         if e >= m:
             idx[rows] = first.gather(1, _apply(rewards[rows].gather(1, first), m, rule, generator))
         else:
-            fill = rest.gather(1, _apply(rewards[rows].gather(1, rest), m - e, rule, generator))  # [b, m - e]
-            idx[rows] = torch.cat([first, fill], 1)
+            others, kept = rewards[rows].gather(1, rest), rewards[rows].gather(1, first)  # [b, n - e], [b, e]
+            chosen = FILLS[rule](others, m - e, kept, generator) if rule in FILLS else _apply(others, m - e, rule, generator)
+            idx[rows] = torch.cat([first, rest.gather(1, chosen)], 1)  # [b, m]
     return idx
 
 
@@ -125,15 +129,32 @@ def max_variance(rewards: Tensor, m: int, generator: torch.Generator | None = No
     lower indices first and the high end higher indices first (so the ends never overlap), and
     among equally good k the smallest k wins.
     """
+    return _best_extremes(rewards, m, rewards.new_zeros(rewards.shape[0], 0))
+
+
+def max_variance_fill(rest: Tensor, f: int, kept: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """The ``f`` of ``rest`` ``[B, r]`` that, with the ``kept`` rewards ``[B, e]`` (a short group's
+    eligible ones, all kept), give the whole kept set the largest variance. Theorem 1's argument
+    holds over the whole set: with the others fixed, the variance is a convex quadratic in each
+    chosen value (coefficient (1 − 1/M)/M > 0, M = e + f), so each chosen value is the largest or
+    the smallest still available: the k highest plus the f − k lowest of ``rest``, best k."""
+    return _best_extremes(rest, f, kept)
+
+
+def _best_extremes(rewards: Tensor, m: int, kept: Tensor) -> Tensor:
+    """Indices ``[B, m]`` into ``rewards`` ``[B, n]`` of the k highest plus the m − k lowest, for
+    the k in 0..m that maximises the population variance of them together with ``kept`` ``[B, e]``."""
     B, n = rewards.shape
+    e = kept.shape[1]
     vals, order = torch.sort(rewards, dim=-1, stable=True)  # [B, n] ascending
     low_vals, low_idx = vals[:, :m], order[:, :m]  # [B, m] the m lowest, ascending
     high_vals, high_idx = vals[:, n - m :].flip(-1), order[:, n - m :].flip(-1)  # [B, m] descending
 
     # Centre each group before summing squares so large offsets do not cancel catastrophically.
-    centre = rewards.mean(dim=-1, keepdim=True, dtype=torch.float64)  # [B, 1]
+    centre = torch.cat([rewards, kept], 1).mean(dim=-1, keepdim=True, dtype=torch.float64)  # [B, 1]
     lo = low_vals.double() - centre  # [B, m]
     hi = high_vals.double() - centre  # [B, m]
+    fixed = kept.double() - centre  # [B, e]
     zero = lo.new_zeros(B, 1)
     lo1 = torch.cat([zero, lo.cumsum(-1)], -1)  # [B, m+1]  sum of the j lowest
     lo2 = torch.cat([zero, (lo * lo).cumsum(-1)], -1)
@@ -141,9 +162,10 @@ def max_variance(rewards: Tensor, m: int, generator: torch.Generator | None = No
     hi2 = torch.cat([zero, (hi * hi).cumsum(-1)], -1)
 
     # Candidate k takes the k highest and the m - k lowest: flip the low sums to index by k.
-    s1 = hi1 + lo1.flip(-1)  # [B, m+1]
-    s2 = hi2 + lo2.flip(-1)
-    var = s2 / m - (s1 / m) ** 2  # [B, m+1]  population variance of each candidate
+    size = m + e  # the whole kept set
+    s1 = hi1 + lo1.flip(-1) + fixed.sum(-1, keepdim=True)  # [B, m+1]
+    s2 = hi2 + lo2.flip(-1) + (fixed * fixed).sum(-1, keepdim=True)
+    var = s2 / size - (s1 / size) ** 2  # [B, m+1]  population variance of each candidate
     k = var.argmax(dim=-1, keepdim=True)  # [B, 1]  first (smallest) k on ties
 
     # Output slot j < m - k holds the j-th lowest, slot j >= m - k the (j - (m - k))-th highest.
@@ -154,6 +176,15 @@ def max_variance(rewards: Tensor, m: int, generator: torch.Generator | None = No
         torch.gather(low_idx, 1, j.clamp(max=m - 1)),
         torch.gather(high_idx, 1, (j - (m - k)).clamp(min=0)),
     )
+
+
+Fill = Callable[[Tensor, int, Tensor, "torch.Generator | None"], Tensor]
+"""``fill(rest[B, r], f, kept[B, e], generator) -> indices[B, f]`` into ``rest``: a short group's
+other f slots, given the e rewards already kept."""
+
+FILLS: dict[str, Fill] = {"max_variance": max_variance_fill}
+"""Rules whose short groups are filled by their own criterion over the whole kept set; any other
+rule fills the slots by itself, run on the ineligible rollouts alone."""
 
 
 @register_rule("max_reward")

@@ -1,14 +1,16 @@
 """Per-token log-probabilities of completions, without the ``[N, T, V]`` logits of a micro-batch.
 
-For a completion token y_t with final hidden state h_t and output matrix W (``[V, H]``):
+For a completion token y_t with final hidden state h_t, output matrix W (``[V, H]``) and the
+temperature T the rollouts were sampled at (logits divided by T, as TRL does: the log-probs are
+those of the distribution that sampled):
 
-    log π(y_t) = (W h_t)[y_t] − logsumexp(W h_t)
+    log π(y_t) = z[y_t] − logsumexp(z),    z = W h_t / T
 
 The lean path (:class:`LinearLogProbs`) takes the hidden states from the model's own forward
 (the input of its output layer), keeps only the completion tokens, and computes the formula a
 chunk of tokens at a time, in fp32; its backward recomputes each chunk's logits, using
 
-    ∂ log π(y_t) / ∂ (W h_t) = onehot(y_t) − softmax(W h_t).
+    ∂ log π(y_t) / ∂ (W h_t) = (onehot(y_t) − softmax(z)) / T.
 
 Peak memory: one chunk of logits (``chunk_mb``), not every position's. It needs an output layer
 that is a plain ``nn.Linear`` without bias, whose weight is whole on this process (as under DDP
@@ -24,22 +26,22 @@ CHUNK_MB = 256
 
 
 class LinearLogProbs(torch.autograd.Function):
-    """``log_softmax(hidden @ weight.T)[targets]`` for ``hidden [T, H]``, ``weight [V, H]``,
-    ``targets [T]``, computed ``chunk`` rows at a time; returns ``[T]`` in fp32 (fp64 for fp64
-    inputs)."""
+    """``log_softmax(hidden @ weight.T / temperature)[targets]`` for ``hidden [T, H]``, ``weight
+    [V, H]``, ``targets [T]``, computed ``chunk`` rows at a time; returns ``[T]`` in fp32 (fp64 for
+    fp64 inputs)."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int) -> Tensor:
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int, temperature: float = 1.0) -> Tensor:
         w = weight.to(hidden.dtype)
         exact = torch.promote_types(hidden.dtype, torch.float32)  # softmax precision
         out = torch.empty(len(hidden), dtype=exact, device=hidden.device)
         lse = torch.empty_like(out)
         for i in range(0, len(hidden), chunk):
-            logits = (hidden[i : i + chunk] @ w.T).to(exact)  # [c, V]
+            logits = (_tempered(hidden[i : i + chunk], temperature) @ w.T).to(exact)  # [c, V] = (h / T) W^T
             lse[i : i + chunk] = torch.logsumexp(logits, -1)
             out[i : i + chunk] = logits.gather(1, targets[i : i + chunk, None]).squeeze(1) - lse[i : i + chunk]
         ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.chunk = chunk
+        ctx.chunk, ctx.temperature = chunk, temperature
         return out
 
     @staticmethod
@@ -50,21 +52,29 @@ class LinearLogProbs(torch.autograd.Function):
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros(weight.shape, dtype=lse.dtype, device=weight.device) if need_w else None
         for i in range(0, len(hidden), ctx.chunk):
-            h, g_out = hidden[i : i + ctx.chunk], grad_out[i : i + ctx.chunk].to(lse.dtype)
-            probs = torch.exp((h @ w.T).to(lse.dtype) - lse[i : i + ctx.chunk, None])  # softmax [c, V]
+            h = hidden[i : i + ctx.chunk]
+            g_out = grad_out[i : i + ctx.chunk].to(lse.dtype) / ctx.temperature  # the 1 / T of dz / d(W h)
+            probs = torch.exp((_tempered(h, ctx.temperature) @ w.T).to(lse.dtype) - lse[i : i + ctx.chunk, None])
             g = probs.mul_(-g_out[:, None])
             g.scatter_add_(1, targets[i : i + ctx.chunk, None], g_out[:, None])  # (onehot − softmax) · grad
             if need_h:
                 grad_h[i : i + ctx.chunk] = (g.to(hidden.dtype) @ w).to(hidden.dtype)
             if need_w:
                 grad_w += g.T @ h.to(lse.dtype)
-        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None
+        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None
 
 
-def linear_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_mb: int = CHUNK_MB) -> Tensor:
-    """Log-probabilities ``[T]`` of ``targets`` under ``hidden [T, H] @ weight.T``, chunked."""
+def _tempered(x: Tensor, temperature: float) -> Tensor:
+    """``x / T``; at T = 1, ``x`` itself. The lean path divides the hidden states (``[c, H]``), not
+    the logits (``[c, V]``, V >> H): the same product, at a fraction of the cost."""
+    return x if temperature == 1.0 else x / temperature
+
+
+def linear_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_mb: int = CHUNK_MB,
+                    temperature: float = 1.0) -> Tensor:
+    """Log-probabilities ``[T]`` of ``targets`` under ``hidden [T, H] @ weight.T / temperature``, chunked."""
     chunk = max(1, chunk_mb * 2**20 // (4 * weight.shape[0]))
-    return LinearLogProbs.apply(hidden, weight, targets, chunk)
+    return LinearLogProbs.apply(hidden, weight, targets, chunk, temperature)
 
 
 def lean_head(model: nn.Module) -> nn.Linear | None:
@@ -75,8 +85,9 @@ def lean_head(model: nn.Module) -> nn.Linear | None:
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                        completion_mask: Tensor, head: nn.Linear | None = None) -> Tensor:
-    """Log-probabilities ``[N, C]`` of the completion tokens under ``model`` (0 at padding).
+                        completion_mask: Tensor, head: nn.Linear | None = None, temperature: float = 1.0) -> Tensor:
+    """Log-probabilities ``[N, C]`` of the completion tokens under ``model`` at ``temperature``
+    (its logits divided by it; 0 at padding).
 
     ``model`` is called as it is (wrapped by DDP, say); ``head``, its output layer (from
     :func:`lean_head` on the unwrapped model), selects the lean path."""
@@ -90,7 +101,7 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     inputs = dict(input_ids=input_ids, attention_mask=attention, position_ids=position_ids(attention),
                   logits_to_keep=C + 1, use_cache=False)
     if head is None:  # full logits of the completion positions; logsumexp keeps no second copy
-        logits = model(**inputs).logits[:, :-1]  # [N, C, V]
+        logits = _tempered(model(**inputs).logits[:, :-1], temperature)  # [N, C, V]
         picked = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1).float()
         return (picked - torch.logsumexp(logits.float(), -1)) * completion_mask
 
@@ -107,5 +118,5 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
         handle.remove()
     hidden = captured[0][:, :-1]  # [N, C, H]: position t predicts completion token t
     keep = completion_mask.bool()
-    logp = linear_logprobs(hidden[keep], head.weight, completion_ids[keep])  # [T]
+    logp = linear_logprobs(hidden[keep], head.weight, completion_ids[keep], temperature=temperature)  # [T]
     return torch.zeros(keep.shape, dtype=logp.dtype, device=logp.device).masked_scatter(keep, logp)

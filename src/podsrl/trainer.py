@@ -9,7 +9,8 @@ Each step (:func:`train`):
   4. down-sample: ``select`` the ``m`` rollouts per prompt the update trains on (all n for
      ``grpo`` and ``grpo-ga``);
   5. advantages, normalised over each prompt's selected rollouts;
-  6. update: one optimizer step over the selected rollouts, in micro-batches;
+  6. update: ``num_iterations`` optimizer steps over the selected rollouts (one by default), in
+     micro-batches, the log-probs at the rollouts' temperature;
   7. log the step; evaluate every ``eval_every`` steps (or ``eval_every_s`` seconds of training
      clock); checkpoint every ``save_every`` steps.
 
@@ -229,75 +230,132 @@ def micro_batch_size(c: Config, prompts: int) -> int:
     return (c.m if c.mode == "grpo-ga" else trained_per_prompt(c)) * prompts
 
 
-def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int) -> dict:
-    """Step 6: one optimizer step over the chosen rollouts, in micro-batches.
+class MicroBatches(NamedTuple):
+    """How the update splits the chosen rollouts (step 6a)."""
 
-    Without a KL term, a rollout whose advantage is exactly 0 adds nothing to the gradient, so it
-    skips the forward and backward (``skip_zero_advantage``); the normalisers still count it."""
+    parts: list[torch.Tensor]  # indices into the chosen rows, one tensor per forward/backward
+    tokens: list[float]  # each part's token count as TRL's split counts it (bnpo's normaliser)
+    accumulation_steps: int  # micro-batches of TRL's split of the optimizer batch
+
+
+def micro_batches(c: Config, adv: torch.Tensor, mask: torch.Tensor, size: int) -> MicroBatches:
+    """Step 6a: the chosen rollouts in micro-batches of ``size``, as TRL splits the optimizer
+    batch. Without a KL term, a rollout whose advantage is exactly 0 adds nothing to the gradient,
+    so it skips the forward and backward (``skip_zero_advantage``); the normalisers still count it:
+    bnpo's per micro-batch (the rows left in each), the others' over the optimizer batch (the rows
+    left, packed)."""
+    split = list(torch.split(torch.arange(len(adv)), size))
+    tokens = [float(mask[p].sum()) for p in split]
+    if not (c.skip_zero_advantage and c.beta == 0):
+        return MicroBatches(split, tokens, len(split))
+    if c.loss_type == "bnpo":
+        kept = [(p[adv[p] != 0], t) for p, t in zip(split, tokens)]
+    else:
+        kept = [(p, 0.0) for p in torch.split((adv != 0).nonzero().flatten(), size)]
+    kept = [(p, t) for p, t in kept if len(p)]
+    if not kept:  # keep one row (its loss is 0): every rank then joins the gradient sync
+        kept = [(torch.arange(1), tokens[0])]
+    return MicroBatches([p for p, _ in kept], [t for _, t in kept], len(split))
+
+
+def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int) -> dict:
+    """Step 6: ``num_iterations`` optimizer steps over the chosen rollouts (μ in GRPO), each over
+    all of them in micro-batches:
+
+      a. the micro-batches (:func:`micro_batches`) and the optimizer batch's normalisers;
+      b. with μ > 1, the log-probs of the policy that generated (``old``), once, before the first
+         step; with μ = 1 the loss takes the policy's own, detached (no extra forward, as in TRL);
+      c. each optimizer step: forward, loss and backward per micro-batch, gradient clipping, step;
+      d. the statistics, averaged over the steps (loss) and over their tokens (clip, KL, sampling).
+    """
     acc, model = s.accelerator, s.model
     rows = chosen.rows
     adv = chosen.advantages.flatten()  # [P * m]
     mask = rollouts.completion_mask[rows]
-    trained = torch.arange(len(rows))
-    if c.skip_zero_advantage and c.beta == 0:
-        trained = (adv != 0).nonzero().flatten()
-        if len(trained) == 0:  # keep one (its loss is 0): every rank then joins the gradient sync
-            trained = torch.arange(1)
     C = int(mask.sum(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-padding columns
-    micro = micro_batch_size(c, prompts=len(chosen.rewards))
-    # normalisers of the whole optimizer batch, so micro-batch losses add up to its loss;
-    # bnpo's token count is averaged over ranks, as the gradients are
+    # a. micro-batches; the normalisers of the whole optimizer batch, so that micro-batch losses add
+    # up to its loss; the token count is averaged over ranks, as the gradients are
+    batches = micro_batches(c, adv, mask.cpu(), micro_batch_size(c, prompts=len(chosen.rewards)))
     num_tokens = acc.reduce(mask.sum().float().to(acc.device), reduction="mean") if acc.num_processes > 1 else mask.sum()
-    totals = dict(loss=0.0, clip_fraction=0.0, kl=0.0, tokens=float(mask.sum()),  # skipped tokens: not clipped, KL 0
-                  sampling_ratio=0.0, sampling_clipped=0.0, sampled_tokens=0.0)  # over the trained tokens
-    sampler_logp = rollouts.sampler_logp if c.vllm_importance_sampling_correction else None
-    torch.manual_seed(step_seed(c.seed, step, -2))  # dropout
-    model.train()
-    s.optimizer.zero_grad(set_to_none=True)
-    chunks = list(torch.split(trained, micro))
     # sharded: as many passes as the busiest rank; the extra ones (one row, weight 0) only take part
-    extra = sharding.micro_batches_everywhere(acc, len(chunks)) - len(chunks)
-    weights = [1.0] * len(chunks) + [0.0] * extra
-    for i, part in enumerate(chunks + [trained[:1]] * extra):
-        r = rows[part]
-        ids, cmask = rollouts.completion_ids[r, :C], rollouts.completion_mask[r, :C]
-        sync = i == len(weights) - 1
-        with nullcontext() if sync else acc.no_sync(model):
-            logp = completion_logprobs(model, rollouts.prompt_ids[r], rollouts.prompt_mask[r], ids, cmask, s.head)
-            ref = reference_logprobs(s, rollouts, r, C) if c.beta > 0 else None
-            loss, stats = policy_loss(
-                logp, adv[part].to(logp.device), cmask, ref_logp=ref, beta=c.beta,
-                epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
-                max_completion_length=c.rollout.max_new_tokens, num_sequences=len(rows), num_tokens=float(num_tokens),
-                sampler_logp=None if sampler_logp is None else sampler_logp[r, :C].to(logp.device),
-                sampling_cap=c.vllm_importance_sampling_cap,
-            )
-            sharding.backward(acc, model, loss * weights[i], last=sync)
-        if not weights[i]:
-            continue
-        w = float(stats.num_tokens)
-        totals["loss"] += loss.item()
-        totals["clip_fraction"] += float(stats.clip_fraction) * w
-        totals["kl"] += float(stats.kl) * w
-        totals["sampling_ratio"] += float(stats.sampling_ratio) * w
-        totals["sampling_clipped"] += float(stats.sampling_clipped) * w
-        totals["sampled_tokens"] += w
-    grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
-    s.optimizer.step()
+    extra = sharding.micro_batches_everywhere(acc, len(batches.parts)) - len(batches.parts)
+    passes = [(p, t, 1.0) for p, t in zip(batches.parts, batches.tokens)] + [(batches.parts[0][:1], 1.0, 0.0)] * extra
+    sampler_logp = rollouts.sampler_logp if c.vllm_importance_sampling_correction else None
+    forward = lambda r, m: completion_logprobs(m, rollouts.prompt_ids[r], rollouts.prompt_mask[r],
+                                               rollouts.completion_ids[r, :C], rollouts.completion_mask[r, :C], s.head,
+                                               c.rollout.temperature)
+    model.train()
+    # b. the old policy's log-probs, before the first optimizer step changes it
+    old = None
+    if c.num_iterations > 1:
+        torch.manual_seed(step_seed(c.seed, step, -2))  # dropout
+        with torch.no_grad():
+            old = torch.zeros(len(rows), C, device=acc.device)
+            for part, _, _ in passes:
+                old[part] = forward(rows[part], model).to(old.dtype)
+    totals = dict.fromkeys(("loss", "clip_low", "clip_high", "clip_region", "kl", "sampling_ratio", "sampling_clipped",
+                            "weighed", "grad_norm"), 0.0)
+    # c. num_iterations optimizer steps over the same rollouts
+    for iteration in range(c.num_iterations):
+        torch.manual_seed(step_seed(c.seed, step, -2 - iteration))  # dropout
+        s.optimizer.zero_grad(set_to_none=True)
+        for i, (part, micro_tokens, weight) in enumerate(passes):
+            r = rows[part]
+            cmask = rollouts.completion_mask[r, :C]
+            sync = i == len(passes) - 1
+            with nullcontext() if sync else acc.no_sync(model):
+                logp = forward(r, model)
+                ref = reference_logprobs(s, rollouts, r, C, c.rollout.temperature) if c.beta > 0 else None
+                loss, stats = policy_loss(
+                    logp, adv[part].to(logp.device), cmask, old_logp=None if old is None else old[part],
+                    ref_logp=ref, beta=c.beta, epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high,
+                    loss_type=c.loss_type, max_completion_length=c.rollout.max_new_tokens, num_sequences=len(rows),
+                    num_tokens=float(num_tokens), sampler_logp=None if sampler_logp is None else sampler_logp[r, :C].to(logp.device),
+                    sampling_cap=c.vllm_importance_sampling_cap, importance_sampling_level=c.importance_sampling_level,
+                    vllm_importance_sampling_mode=c.vllm_importance_sampling_mode,
+                    use_bias_correction_kl=c.use_bias_correction_kl, accumulation_steps=batches.accumulation_steps,
+                    micro_batch_tokens=micro_tokens, **loss_params(c),
+                )
+                sharding.backward(acc, model, loss * weight, last=sync)
+            if weight:
+                _add_stats(totals, loss, stats)
+        grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
+        s.optimizer.step()
+        totals["grad_norm"] += float(grad_norm) if grad_norm is not None else math.nan
     s.engine.sync_weights()
-    # over ranks: each rank's loss is normalised by its share, so their mean is the global loss
-    loss, tokens, clipped, kl, skipped, sampling, capped, weighed = _sum_over_ranks(
-        acc, [totals["loss"], totals["tokens"], totals["clip_fraction"], totals["kl"], float(len(rows) - len(trained)),
-              totals["sampling_ratio"], totals["sampling_clipped"], totals["sampled_tokens"]])
+    # d. over ranks: each rank's loss is normalised by its share, so their mean is the global loss;
+    # rows skipped had no tokens in the loss: they count as not clipped, KL 0
+    skipped = len(rows) - sum(len(p) for p in batches.parts) if c.skip_zero_advantage and c.beta == 0 else 0
+    keys = ["loss", "clip_low", "clip_high", "clip_region", "kl", "sampling_ratio", "sampling_clipped", "weighed"]
+    summed = dict(zip(keys + ["tokens", "skipped"], _sum_over_ranks(
+        acc, [totals[k] for k in keys] + [float(mask.sum()) * c.num_iterations, float(max(skipped, 0))])))
+    tokens, mu = max(summed["tokens"], 1.0), c.num_iterations
     corrected = sampler_logp is not None
     return {
-        "loss": loss / acc.num_processes, "clip_fraction": clipped / max(tokens, 1.0), "kl": kl / max(tokens, 1.0),
-        "sampling_ratio": sampling / max(weighed, 1.0) if corrected else None,
-        "sampling_clipped": capped / max(weighed, 1.0) if corrected else None,
-        "grad_norm": float(grad_norm) if grad_norm is not None else None,
-        "trained_sequences": len(rows) * acc.num_processes, "trained_tokens": int(tokens), "micro_batches": len(chunks),
-        "skipped_zero_advantage": int(skipped),
+        "loss": summed["loss"] / acc.num_processes / mu,
+        "clip_ratio/low_mean": summed["clip_low"] / tokens, "clip_ratio/high_mean": summed["clip_high"] / tokens,
+        "clip_ratio/region_mean": summed["clip_region"] / tokens, "kl": summed["kl"] / tokens,
+        "sampling_ratio": summed["sampling_ratio"] / max(summed["weighed"], 1.0) if corrected else None,
+        "sampling_clipped": summed["sampling_clipped"] / max(summed["weighed"], 1.0) if corrected else None,
+        "grad_norm": totals["grad_norm"] / mu if c.max_grad_norm > 0 else None,
+        "trained_sequences": len(rows) * acc.num_processes, "trained_tokens": int(summed["tokens"] / mu),
+        "micro_batches": len(batches.parts), "skipped_zero_advantage": int(summed["skipped"]),
     }
+
+
+def _add_stats(totals: dict, loss: torch.Tensor, stats) -> None:
+    """One micro-batch's loss, and its statistics weighted by its tokens."""
+    w = float(stats.num_tokens)
+    totals["loss"] += loss.item()
+    for key in ("clip_low", "clip_high", "clip_region", "kl", "sampling_ratio", "sampling_clipped"):
+        totals[key] += float(getattr(stats, key)) * w
+    totals["weighed"] += w
+
+
+def loss_params(c: Config) -> dict:
+    """The surrogates' own hyperparameters (sapo's, vespo's), as policy_loss takes them."""
+    return {k: getattr(c, k) for k in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos",
+                                       "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")}
 
 
 def _sum_over_ranks(acc: Accelerator, values: list[float]) -> list[float]:
@@ -307,12 +365,14 @@ def _sum_over_ranks(acc: Accelerator, values: list[float]) -> list[float]:
 
 
 @torch.no_grad()
-def reference_logprobs(s: Setup, rollouts: Rollouts, rows: torch.Tensor, C: int) -> torch.Tensor:
+def reference_logprobs(s: Setup, rollouts: Rollouts, rows: torch.Tensor, C: int, temperature: float = 1.0) -> torch.Tensor:
+    """The reference policy's log-probs of the completions ``rows`` (first ``C`` columns), at the
+    rollouts' temperature."""
     args = (rollouts.prompt_ids[rows], rollouts.prompt_mask[rows], rollouts.completion_ids[rows, :C], rollouts.completion_mask[rows, :C])
     if s.ref_model is not None:
-        return completion_logprobs(s.ref_model, *args, lean_head(s.ref_model) if s.head is not None else None)
+        return completion_logprobs(s.ref_model, *args, lean_head(s.ref_model) if s.head is not None else None, temperature)
     with s.accelerator.unwrap_model(s.model).disable_adapter():  # LoRA: the base model
-        return completion_logprobs(s.model, *args, s.head)
+        return completion_logprobs(s.model, *args, s.head, temperature)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -395,7 +455,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
         # 4-5. select m per prompt; advantages over the selected subset
         chosen = down_sample(c, groups.rewards, step, groups.sizes)
         t3 = time.perf_counter()
-        # 6. one optimizer step over the selected rollouts
+        # 6. num_iterations optimizer steps over the selected rollouts
         with PeakMemory(acc.device) as mem:
             stats = update(s, c, groups.rollouts, chosen, step)
         t4 = time.perf_counter()

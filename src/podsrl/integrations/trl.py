@@ -50,6 +50,7 @@ from torch import Tensor
 
 from podsrl.advantages import group_advantages
 from podsrl.downsample import RULES, select
+from podsrl.loss_terms import IMPORTANCE_SAMPLING_MODES, importance_sampling_ratio
 from podsrl.quiet import quiet_known_warnings
 
 SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # tested: [low, high)
@@ -88,7 +89,6 @@ from trl.trainer.utils import nanmax, nanmin, use_adapter  # noqa: E402
 
 # Per-completion fields whose second dimension is the completion length (trimmed with it).
 _COMPLETION_WIDTH = ("completion_ids", "completion_mask", "tool_mask", "sampling_per_token_logps")
-IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 _GRPO_TRAINER_ARGUMENTS = inspect.signature(GRPOTrainer.__init__)
 _VISION_LANGUAGE = ("PODSTrainer does not support vision-language models: their image tensors are not indexed by "
                     "completion, so they cannot be down-sampled")
@@ -162,27 +162,6 @@ def subset_advantages(rewards: Tensor, scale: str, eps: float = 1e-4) -> Tensor:
     if scale == "batch":
         adv = adv / (rewards[scorable].std() + eps)  # one scorable reward: NaN, zeroed below as in TRL
     return torch.nan_to_num(adv, nan=0.0)
-
-
-def importance_sampling_ratio(old: Tensor, sampling: Tensor, mask: Tensor, mode: str, clip_min: float | None,
-                              clip_max: float | None) -> Tensor:
-    """vLLM's importance-sampling correction as TRL computes it: ``exp(old − sampling)`` of the
-    per-token log-probabilities ``[B, T]`` under the loss mask, per token (``token_*`` modes,
-    ``[B, T]``) or of their sum per sequence (``sequence_*``, ``[B, 1]``); a token vLLM could not
-    score (NaN) counts as ratio 1. ``*_truncate`` clamps the ratio to ``[clip_min, clip_max]``;
-    ``*_mask`` sets a ratio outside it to 0 (a missing bound is no bound)."""
-    if mode not in IMPORTANCE_SAMPLING_MODES:
-        raise ValueError(f"vllm_importance_sampling_mode must be one of {', '.join(IMPORTANCE_SAMPLING_MODES)}, "
-                         f"got {mode!r}")
-    log_ratio = torch.nan_to_num((old - sampling) * mask, nan=0.0)  # [B, T]
-    if mode.startswith("sequence"):
-        log_ratio = log_ratio.sum(-1, keepdim=True)  # [B, 1]
-    ratio = log_ratio.exp()
-    if mode.endswith("truncate"):
-        return ratio.clamp(min=clip_min, max=clip_max)
-    low = -math.inf if clip_min is None else clip_min
-    high = math.inf if clip_max is None else clip_max
-    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
 class PODSTrainer(GRPOTrainer):

@@ -186,9 +186,10 @@ def engine_arguments(model, config, trust_remote_code: bool, cuda: bool, rank: i
         dtype=engine_dtype(config.dtype, base.dtype, cuda, bf16_supported),
         # sampling as this engine sets it, not as the model folder's generation config would
         generation_config="vllm",
-        # the sampled tokens' log-probs from the model's own logits, before temperature and top-p,
-        # as the update computes the policy's (TRL tempers both sides instead); vLLM's default
-        logprobs_mode="raw_logprobs",
+        # the sampled tokens' log-probs of the distribution that sampled them (logits / temperature),
+        # as the update computes the policy's and as TRL asks for them: raw ones would bias the
+        # importance-sampling correction at any temperature but 1
+        logprobs_mode="processed_logprobs",
         gpu_memory_utilization=config.gpu_memory_utilization,
         kv_cache_memory_bytes=None if config.kv_cache_mb is None else config.kv_cache_mb * 2**20,
         max_model_len=-1,  # the model's context, or as much of it as the KV cache holds
