@@ -197,7 +197,7 @@ def interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float] | 
     values = values[~np.isnan(values)]
     if not len(values):
         return None
-    tail = (1 - level) / 2
+    tail = round((1 - level) / 2, 12)  # 0.025, not 0.025000000000000022: 50 of 2000, not 51
     low, high = np.quantile(values, [tail, 1 - tail], method="inverted_cdf")
     return float(low), float(high)
 
