@@ -462,7 +462,8 @@ def _method_summary(runs: dict, m: str, reference: str, seeds: list[int], q: flo
         per_seed.append({
             "seed": s, "peak_accuracy": max(e["eval_accuracy"] for e in evals), "final_accuracy": evals[-1]["eval_accuracy"],
             "base_accuracy": evals[0]["eval_accuracy"], "final_level": figure["final_level"],
-            "steps_to_gain": figure["steps_to_gain"], "time_to_gain_s": figure["time_to_gain"],
+            "reference_target_accuracy": figure["target_gain"], "steps_to_gain": figure["steps_to_gain"],
+            "time_to_gain_s": figure["time_to_gain"],
             "step_ratio_to_gain": _reached(figure, "step_ratio_to_gain"), "speedup_to_gain": _reached(figure, "speedup_to_gain"),
             "mean_accuracy_steps": figure["mean_accuracy_steps"],
             "reference_peak_accuracy": figure["target_peak"], "time_to_reference_peak_s": figure["time_to_peak"],

@@ -233,8 +233,8 @@ def compare_runs(reference: Runs, method: Runs, q: float = Q, window: int = WIND
 def ratio_between(reference: Runs, a: Runs, b: Runs, key: str = "steps_to_gain", q: float = Q, window: int = WINDOW,
                   resamples: int = RESAMPLES, level: float = LEVEL, seed: int = 0) -> Estimate:
     """``a``'s ``key`` (a ``steps_to_*`` or ``time_to_*``) over ``b``'s, both against ``reference``,
-    the three resampled together (the same seeds); ``never`` counts the resamples where ``a`` never
-    reaches the target (∞, or NaN where neither does: left out of the interval)."""
+    the three resampled together (the same seeds); ``never`` counts the resamples where either
+    never reaches the target (``a``: ∞; ``b``: 0; both: undefined, left out of the interval)."""
     seeds = len(a.accuracy)
     point = ratio(measures(reference, a, np.full((1, seeds), 1.0 / seeds), q, window)[key],
                   measures(reference, b, np.full((1, seeds), 1.0 / seeds), q, window)[key])
@@ -242,7 +242,7 @@ def ratio_between(reference: Runs, a: Runs, b: Runs, key: str = "steps_to_gain",
         return estimate(point, None)
     weights = bootstrap_weights(seeds, resamples, seed)
     first, second = measures(reference, a, weights, q, window)[key], measures(reference, b, weights, q, window)[key]
-    return estimate(point, ratio(first, second), np.isnan(first), level)
+    return estimate(point, ratio(first, second), np.isnan(first) | np.isnan(second), level)
 
 
 def difference_between(reference: Runs, a: Runs, b: Runs, key: str = "mean_accuracy_steps", q: float = Q,
