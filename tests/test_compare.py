@@ -407,6 +407,7 @@ def test_plot_reads_a_torn_last_line_ignores_other_folders_and_names_missing_see
     (["--budget-minutes", "inf"], "--budget-minutes must be a number > 0, got inf"),
     (["--eval-every-s", "nan"], "--eval-every-s must be a number > 0, got nan"),
     (["--seeds", "0"], "--seeds must be >= 1"),
+    (["--first-seed", "-1"], "--first-seed must be >= 0, got -1"),
     (["--seeds", "two"], "argument --seeds: invalid int value: 'two'"),
     (["--keep", "everything"], "argument --keep: invalid choice: 'everything'"),
     (["--methods", "grpo,podss"], "unknown method 'podss'"),
