@@ -4,8 +4,9 @@ same steps), and compare their held-out accuracy against time and against steps 
 
 A method is a name plus config overrides. Built in: ``grpo`` (mode=grpo, n = the config's m),
 ``pods`` (mode=pods) and ``grpo-ga`` (mode=grpo-ga); ``name:key=value,key=value`` defines more
-(``pods-random:rule=random``). The others are timed to the reference method's seed-mean peak
-(``grpo``, or ``--reference``). Runs live in ``<out>/<method>/seed-<s>``; a finished run is kept,
+(``pods-random:rule=random``). The others are measured against the reference method (``grpo``,
+or ``--reference``) by :mod:`podsrl.stats`: steps and time to 90% of its gain, mean accuracy over
+the budget, and the paper's statistic, steps and time to its seed-mean peak. Runs live in ``<out>/<method>/seed-<s>``; a finished run is kept,
 an unfinished one resumes, and a larger budget extends every run from its last checkpoint.
 ``--jobs N`` trains N runs at a time, each in its own process.
 """
