@@ -1,34 +1,56 @@
 """The paper's two comparisons on the benchmark task chosen by GRPO's curve alone
-(docs/experiments/task-selection.md), with settings fixed before the first PODS run on it.
+(docs/experiments/task-selection.md), with settings fixed before the first PODS run on it, and
+their confirmation on fresh seeds, with statistics fixed before its first run.
 
-    python benchmarks/evidence.py a     # GRPO vs PODS (max-variance) vs PODS (random), 8 seeds, step-matched
-    python benchmarks/evidence.py b     # GRPO-GA vs PODS at the same n, 5 seeds, times on the CPU clock
-    python benchmarks/evidence.py report a  # (a)'s figures, targets and per-seed table: report.md (also: report b)
+    python benchmarks/evidence.py a          # GRPO vs PODS (max-variance) vs PODS (random), seeds 0-7, step-matched
+    python benchmarks/evidence.py b          # GRPO-GA vs PODS at the same n, seeds 0-4, times on the CPU clock
+    python benchmarks/evidence.py confirm-a  # (a)'s methods on seeds 8-15
+    python benchmarks/evidence.py confirm-b  # (b)'s methods on seeds 8-12
+    python benchmarks/evidence.py report a   # figures, targets, per-seed tables: report.md (also b, confirm-a, confirm-b)
 
-Both read the chosen task and its learning rate from benchmarks/results/task_selection/summary.json
-and refuse to run before a task has been chosen. The settings are the selection's (n = 8 for GRPO,
-4 prompts a step, 60 optimizer steps, 500 held-out problems every 5 steps, one thread a run):
+All read the chosen task and its learning rate from benchmarks/results/task_selection/summary.json
+and refuse to run before a task has been chosen. The settings are the selection's, for every
+comparison (n = 8 for GRPO, 4 prompts a step, 60 optimizer steps, 500 held-out problems every 5
+steps, one thread a run, times on the training process's CPU clock):
 
 (a) ``grpo`` (n = m = 8), ``pods`` (n = 32, max-variance m = 8), ``pods-random`` (n = 32, random
-    m = 8); 8 seeds. Statistic: optimizer steps at which each seed-mean curve first reaches GRPO's
-    seed-mean peak (linear between evaluations), as a ratio to GRPO's, 95% paired bootstrap over
-    seeds; beside it the training-time ratio on the CPU clock, with the step-time split; and the
-    ratio of max-variance's steps to GRPO's peak over random's, with its paired interval (``report``). Targets: PODS at most 0.6x GRPO's steps, the interval's upper
-    end below 1.0; max-variance fewer steps than random, the interval excluding 1.0.
-(b) ``grpo-ga`` (n = 32, all trained, micro-batches of 8) and ``pods`` (n = 32, m = 8); 5 seeds;
-    the reference is grpo-ga. Statistic: training CPU seconds to GRPO-GA's seed-mean peak, its
-    speed-up with the paired interval. Target: at least 1.7x, the interval's lower end above 1.0.
+    m = 8); seeds 0-7. Statistic fixed before the runs, the paper's: the optimizer steps at which
+    each seed-mean curve first reaches GRPO's seed-mean peak (linear between evaluations), as a
+    ratio to GRPO's, 95% paired bootstrap over seeds; and max-variance's steps to that peak over
+    random's. Targets: PODS at most 0.6x GRPO's steps, the interval's upper end below 1.0;
+    max-variance fewer steps than random, the interval excluding 1.0.
+(b) ``grpo-ga`` (n = 32, all trained, micro-batches of 8) and ``pods`` (n = 32, m = 8); seeds 0-4
+    (PODS's runs are (a)'s); the reference is grpo-ga. Statistic: training CPU seconds to GRPO-GA's
+    seed-mean peak, as a speed-up with its paired interval. Target: at least 1.7x, the interval's
+    lower end above 1.0.
+
+Their reports also give the robust measures of podsrl.stats, defined after their runs were seen
+(post hoc). The confirmation runs (a)'s methods on seeds 8-15 (``confirm-a``) and (b)'s on seeds
+8-12 (``confirm-b``, its PODS runs confirm-a's), and is judged on statistics fixed here before
+any of its runs: q = 0.9 of the reference's gain, from the step-0 accuracy to the reference's
+final level, the mean of its seed-mean curve's last three evaluations (:data:`TARGETS`):
+
+- confirm-a: PODS's optimizer steps to 90% of GRPO's gain, as a ratio to GRPO's: at most 0.7, the
+  interval's upper end below 1.0; max-variance's steps to it over random's: below 1.0, the
+  interval's upper end below 1.0.
+- confirm-b: PODS's speed-up on the training CPU clock to 90% of GRPO-GA's gain: at least 1.7, the
+  interval's lower end above 1.0.
+- Secondary: the differences in mean accuracy over the budget, against steps and against time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import yaml
+
+from podsrl import stats
 
 ROOT = Path(__file__).resolve().parent.parent
 SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "summary.json"
@@ -36,10 +58,62 @@ CONFIGS = {"arithmetic_2digit": "configs/arithmetic_2digit.yaml", "letter_counti
            "chain_sum": "configs/gym_chain_sum.yaml"}
 STEPS = 60
 COMMON = ["--steps", str(STEPS), "--eval-every", "5", "--clock", "cpu", "--keep", "metrics", "--save-every", "10", "--jobs", "2"]
+Q = 0.9
+"""The fraction of the reference's gain the robust measures time a method to (fixed before the confirmation)."""
+WINDOW = 3
+"""The reference's final level: the mean of its seed-mean curve's last WINDOW evaluations."""
+A = dict(methods="grpo,pods,pods-random:rule=random", reference="grpo", overrides=["n=32", "m=8"])
+B = dict(methods="grpo-ga,pods", reference="grpo-ga", overrides=["n=32", "m=8"])
 COMPARISONS = {
-    "a": dict(methods="grpo,pods,pods-random:rule=random", seeds=8, reference="grpo", overrides=["n=32", "m=8"]),
-    "b": dict(methods="grpo-ga,pods", seeds=5, reference="grpo-ga", overrides=["n=32", "m=8"]),
+    "a": dict(A, seeds=range(0, 8), pods_from=None, primary="peak"),
+    "b": dict(B, seeds=range(0, 5), pods_from="a", primary="peak"),
+    "confirm-a": dict(A, seeds=range(8, 16), pods_from=None, primary="gain"),
+    "confirm-b": dict(B, seeds=range(8, 13), pods_from="confirm-a", primary="gain"),
 }
+"""Each comparison: its methods, seeds, reference and overrides; the comparison whose finished
+PODS runs of the same seeds it takes (they have its settings); and the target its pre-registered
+statistics time methods to (``peak``: the paper's, the reference's seed-mean peak; ``gain``: Q of
+the reference's gain)."""
+
+
+class Target(NamedTuple):
+    """A pre-registered target: what it says, the figure it reads (:func:`figures`), when it is met."""
+    text: str
+    figure: str
+    met: Callable[[stats.Estimate], bool]
+
+
+def at_most(most: float, upper_below: float) -> Callable[[stats.Estimate], bool]:
+    """Met where the figure is <= ``most`` and its interval's upper end < ``upper_below``."""
+    return lambda e: not math.isnan(e.value) and e.value <= most and e.high is not None and e.high < upper_below
+
+
+def at_least(least: float, lower_above: float) -> Callable[[stats.Estimate], bool]:
+    """Met where the figure is >= ``least`` and its interval's lower end > ``lower_above``."""
+    return lambda e: not math.isnan(e.value) and e.value >= least and e.low is not None and e.low > lower_above
+
+
+def below(bound: float) -> Callable[[stats.Estimate], bool]:
+    """Met where the figure and its interval's upper end are < ``bound``."""
+    return lambda e: e.value < bound and e.high is not None and e.high < bound
+
+
+TARGETS = {
+    "a": [Target("PODS reaches GRPO's peak in at most 0.6x GRPO's steps, the interval's upper end below 1.0",
+                 "pods step_ratio_to_peak", at_most(0.6, 1.0)),
+          Target("max-variance needs fewer steps than random, the interval excluding 1.0",
+                 "max-variance/random steps_to_peak", below(1.0))],
+    "b": [Target("PODS reaches GRPO-GA's peak at least 1.7x sooner (CPU clock), the interval's lower end above 1.0",
+                 "pods speedup_to_peak", at_least(1.7, 1.0))],
+    "confirm-a": [
+        Target("PODS reaches 90% of GRPO's gain in at most 0.7x GRPO's optimizer steps, the interval's upper end below 1.0",
+               "pods step_ratio_to_gain", at_most(0.7, 1.0)),
+        Target("max-variance reaches 90% of GRPO's gain in fewer optimizer steps than random, the interval's upper end "
+               "below 1.0", "max-variance/random steps_to_gain", below(1.0))],
+    "confirm-b": [Target("PODS reaches 90% of GRPO-GA's gain at least 1.7x sooner on the training CPU clock, the "
+                         "interval's lower end above 1.0", "pods speedup_to_gain", at_least(1.7, 1.0))],
+}
+"""The targets each comparison is judged on, fixed before its runs."""
 
 
 def chosen() -> tuple[str, str]:
@@ -50,31 +124,43 @@ def chosen() -> tuple[str, str]:
     return task, summary["candidates"][task]["lr"]
 
 
+def folder(comparison: str, task: str) -> Path:
+    """Where a comparison's runs and report live: ``benchmarks/results/evidence_<comparison>_<task>``."""
+    return ROOT / "benchmarks" / "results" / f"evidence_{comparison.replace('-', '_')}_{task}"
+
+
+def command(comparison: str, task: str, lr) -> list[str]:
+    """The ``podsrl compare`` invocation (after ``python -m``) that trains a comparison's runs."""
+    spec, out = COMPARISONS[comparison], folder(comparison, task)
+    seeds = list(spec["seeds"])
+    return ["podsrl", "compare", str(out / "task.yaml"), "mode=pods", f"lr={lr}", "threads=1", "task.test_size=500",
+            "prompts_per_step=4", *spec["overrides"], "--methods", spec["methods"], "--seeds", str(len(seeds)),
+            "--first-seed", str(seeds[0]), "--reference", spec["reference"], *COMMON, "--out", str(out)]
+
+
 def run(comparison: str) -> int:
     task, lr = chosen()
-    spec = COMPARISONS[comparison]
-    out = ROOT / "benchmarks" / "results" / f"evidence_{comparison}_{task}"
+    spec, out = COMPARISONS[comparison], folder(comparison, task)
     out.mkdir(parents=True, exist_ok=True)
     # the candidate's config without the keys compare sets itself (steps, the evaluation schedule)
     settings = {k: v for k, v in yaml.safe_load((ROOT / CONFIGS[task]).read_text()).items() if k not in ("steps", "eval_every")}
     (out / "task.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
-    if comparison == "b":  # (a)'s PODS runs of seeds 0-4 have (b)'s settings: taken, not trained again
-        reuse_pods_runs(ROOT / "benchmarks" / "results" / f"evidence_a_{task}", out, spec["seeds"])
-    cmd = [sys.executable, "-m", "podsrl", "compare", str(out / "task.yaml"), "mode=pods", f"lr={lr}", "threads=1",
-           "task.test_size=500", "prompts_per_step=4", *spec["overrides"], "--methods", spec["methods"],
-           "--seeds", str(spec["seeds"]), "--reference", spec["reference"], *COMMON, "--out", str(out)]
-    print(" ".join(cmd[2:]), flush=True)
-    return subprocess.run(cmd, cwd=ROOT).returncode
+    if spec["pods_from"]:  # the other comparison's PODS runs of these seeds have these settings: taken, not trained again
+        reuse_pods_runs(folder(spec["pods_from"], task), out, spec["seeds"])
+    cmd = command(comparison, task, lr)
+    print(" ".join(cmd), flush=True)
+    return subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT).returncode
 
 
-def reuse_pods_runs(source: Path, out: Path, seeds: int) -> None:
-    """Copy (a)'s finished PODS runs into (b)'s folder; compare checks each copy's recorded config
-    against (b)'s before it counts the run as done (and refuses a mismatch)."""
+def reuse_pods_runs(source: Path, out: Path, seeds) -> None:
+    """Copy another comparison's finished PODS runs of ``seeds`` into ``out``; compare checks each
+    copy's recorded config against this comparison's before it counts the run as done (and
+    refuses a mismatch)."""
     import shutil
 
     from podsrl.compare import finished_at
 
-    for seed in range(seeds):
+    for seed in seeds:
         run, there = source / "pods" / f"seed-{seed}", out / "pods" / f"seed-{seed}"
         if not there.exists() and run.is_dir() and (finished_at(run, "step") or 0) >= STEPS:
             shutil.copytree(run, there)
@@ -82,93 +168,154 @@ def reuse_pods_runs(source: Path, out: Path, seeds: int) -> None:
 
 
 def report(comparison: str, out: Path | None = None) -> str:
-    """A comparison's figures for its page, written to its folder's report.md (and printed): per
-    method the optimizer steps to the reference's seed-mean peak and their ratio, the speed-ups on
-    the CPU clock and on wall time from the same runs, each with compare's 95% paired bootstrap
-    over seeds, and the step-time split; for (a), max-variance's steps to GRPO's peak over
-    random's, with its paired interval (a resample where random never reaches it: ratio 0; where
-    max-variance never does: infinite); the per-seed figures; and each target, met or missed.
-    While the runs go on, the figures are over the seeds whose runs have all finished (the runs
-    train seed by seed), and the others are named. ``out``: the comparison's folder (default: the
-    chosen task's). Returns the text."""
-    from podsrl.compare import (bootstrap, finished_at, fmt, headline_step_ratio, mean_curve, read_evals, summarise,
-                                 with_ci)
+    """A comparison's figures for its page, written to its folder's report.md (and printed), over
+    the seeds whose runs of every method have finished (the others named): the pre-registered
+    targets, met or missed; the robust measures (steps and CPU time to Q of the reference's gain as
+    a ratio and speed-ups, on both clocks; the mean accuracy over the budget and the final level as
+    differences), labelled post hoc for (a) and (b), whose runs came before them; the paper's
+    statistic (first reaching the reference's seed-mean peak) with the step costs; for (a)'s
+    methods, max-variance over random on both; the seed-mean curves; the per-seed figures. Figures
+    to a target have a 95% paired bootstrap interval over seeds and the count of resamples that
+    never reach it. ``out``: the comparison's folder (default: the chosen task's). Returns the text."""
+    from podsrl.compare import finished_at
 
     spec = COMPARISONS[comparison]
-    out = out or ROOT / "benchmarks" / "results" / f"evidence_{comparison}_{chosen()[0]}"
+    out = out or folder(comparison, chosen()[0])
     methods = [m.split(":")[0] for m in spec["methods"].split(",")]
-    seeds, reference = spec["seeds"], spec["reference"]
-    unfinished = [(m, s) for s in range(seeds) for m in methods if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
-    done = min([s for _, s in unfinished], default=seeds)  # seeds 0 .. done-1 have finished every method
-    cpu, wall = (summarise(out, methods, done, reference, clock) for clock in ("cpu", "wall"))
-    curves = {m: [read_evals(out / m / f"seed-{s}", "cpu")[0] for s in range(done)] for m in methods}
-    lines = [f"Comparison ({comparison}), {out.name}, over seeds 0-{done - 1}: {reference}'s seed-mean peak "
-             f"{fmt(cpu['reference_peak_accuracy_steps'], '.3f')} at step {fmt(cpu['reference_steps_to_peak'], '.0f')} on its curve against optimizer steps (the step "
-             f"figures), {fmt(cpu['reference_peak_accuracy'], '.3f')} at {fmt(cpu['reference_time_to_peak_s'], '.0f')} "
-             "training CPU s on its curve against time (the speed-ups); 95% paired bootstrap intervals over seeds.", "",
-             f"| method | seeds | peak acc (seed mean) | steps to {reference}'s peak | step ratio vs {reference} [95% CI] "
-             f"| speed-up, CPU clock [95% CI] | speed-up, wall clock [95% CI] | step CPU s | gen s/step | update s/step |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for m in methods:
-        r, w = cpu["methods"][m], wall["methods"][m]
-        lines.append(f"| {m} | {len(r['per_seed'])} | {fmt(r['peak_accuracy'], '.3f')} | {fmt(r['steps_to_reference_peak'], '.1f')} "
-                     f"| {with_ci(r['step_ratio_vs_reference'], r['step_ratio_vs_reference_ci95'])} "
-                     f"| {with_ci(r['speedup_vs_reference'], r['speedup_vs_reference_ci95'])} "
-                     f"| {with_ci(w['speedup_vs_reference'], w['speedup_vs_reference_ci95'])} "
-                     f"| {fmt(r['step_s'], '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['update_s_per_step'], '.1f')} |")
-    lines += ["", "Step CPU s: the training process's CPU seconds a step (evaluation excluded); the generation and "
-              "update split is in wall seconds, two runs at a time on the machine's two cores (compare --jobs 2, "
-              "threads=1 each)."]
+    reference, seeds = spec["reference"], list(spec["seeds"])
+    unfinished = [(m, s) for s in seeds for m in methods if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
+    done = [s for s in seeds if not any((m, s) in unfinished for m in methods)]
     if done:
-        means = {m: dict(mean_curve(curves[m], "step")) for m in methods}
-        lines += ["", "Seed-mean held-out accuracy at each evaluation (the curves against optimizer steps):", "",
-                  "| step | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
-        lines += [f"| {step:.0f} | " + " | ".join(fmt(means[m].get(step), '.3f') for m in methods) + " |"
-                  for step in sorted(means[reference])]
-    if comparison == "a":
-        grpo, pods, rand = curves["grpo"], curves["pods"], curves["pods-random"]
-
-        def ratio(grpo_curves, pairs) -> float:  # pairs: (pods, random) of the same seed, resampled together
-            mv_steps, random_steps = (headline_step_ratio(grpo_curves, list(c))[1] for c in zip(*pairs))
-            if mv_steps is None:
-                return float("inf")
-            return 0.0 if random_steps is None else mv_steps / random_steps
-
-        pairs = list(zip(pods, rand))
-        mv = ratio(grpo, pairs) if pairs else None
-        mv_ci = bootstrap(ratio, grpo, pairs)
-        lines += ["", f"max-variance / random, optimizer steps to GRPO's seed-mean peak: {with_ci(mv, mv_ci)} "
-                  f"(seeds {', '.join(map(str, range(done))) or 'none yet'})"]
-        pods = cpu["methods"]["pods"]
-        ci = pods["step_ratio_vs_reference_ci95"]
-        targets = [("PODS reaches GRPO's peak in at most 0.6x GRPO's steps, the interval's upper end below 1.0",
-                    pods["step_ratio_vs_reference"] is not None and pods["step_ratio_vs_reference"] <= 0.6 and ci is not None and ci[1] < 1.0),
-                   ("max-variance needs fewer steps than random, the interval excluding 1.0",
-                    mv is not None and mv < 1.0 and mv_ci is not None and mv_ci[1] < 1.0)]
+        lines = _figures(comparison, out, methods, reference, done)
     else:
-        pods = cpu["methods"]["pods"]
-        ci = pods["speedup_vs_reference_ci95"]
-        targets = [("PODS reaches GRPO-GA's peak at least 1.7x sooner (CPU clock), the interval's lower end above 1.0",
-                    pods["speedup_vs_reference"] is not None and pods["speedup_vs_reference"] >= 1.7 and ci is not None and ci[0] > 1.0)]
-    lines += ["", "| target | result |", "|---|---|"]
-    complete = not unfinished
-    lines += [f"| {t} | {('met' if ok else 'missed') if complete else ('so far met' if ok else 'so far missed')} |" for t, ok in targets]
-    # per seed: each method against the same seed's reference run (that run's own peak)
-    lines += ["", f"Per seed, against the same seed's {reference} run: its own peak, then each method's optimizer steps "
-              f"to that peak (linear between evaluations) and training CPU seconds to it (n/a: never reached).", "",
-              f"| seed | {reference}'s peak | " + " | ".join(f"{m} steps | {m} CPU s" for m in methods) + " |",
-              "|---|---|" + "---|---|" * len(methods)]
-    for s in sorted(cpu["reference_peak_accuracy_per_seed"]):
-        row = {m: next((p for p in cpu["methods"][m]["per_seed"] if p["seed"] == s), None) for m in methods}
-        cells = [f"{fmt(row[m] and row[m]['steps_to_reference_peak'], '.1f')} | {fmt(row[m] and row[m]['time_to_reference_peak_s'], '.0f')}"
-                 for m in methods]
-        lines.append(f"| {s} | {fmt(cpu['reference_peak_accuracy_per_seed'][s], '.3f')} | " + " | ".join(cells) + " |")
+        lines = [f"Comparison ({comparison}), {out.name}: no seed has finished the runs of every method yet, so there "
+                 "are no figures."]
     if unfinished:
+        waiting = [s for s in seeds if s not in done and any((m, s) not in unfinished for m in methods)]
         lines += ["", f"Not finished yet, and not in these figures: {', '.join(f'{m} seed {s}' for m, s in unfinished)}"
-                  + (f"; the finished runs of seeds {done}-{seeds - 1} wait for their seed's other runs." if done < seeds else ".")]
+                  + (f"; the finished runs of seed{'s' if len(waiting) > 1 else ''} {seed_list(waiting)} wait for their "
+                     "seed's other runs." if waiting else ".")]
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
     return text
+
+
+def seed_list(seeds: list[int]) -> str:
+    """``0–7`` for a run of consecutive seeds, else ``1, 3, 4``."""
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def figures(curves: dict[str, stats.Runs], reference: str) -> dict[str, stats.Estimate]:
+    """Every figure of every method against ``reference`` on the seed-mean curves (``method name``,
+    the names of :func:`podsrl.stats.measures`), at Q and WINDOW; with PODS and PODS-random,
+    ``max-variance/random steps_to_gain`` (and ``_to_peak``): max-variance's steps over random's,
+    and ``max-variance/random mean_accuracy_steps`` (``_time``, ``final_level``): the difference."""
+    out = {}
+    for m, runs in curves.items():
+        out |= {f"{m} {name}": e for name, e in stats.compare_runs(curves[reference], runs, Q, WINDOW)[1].items()}
+    if {"pods", "pods-random"} <= set(curves):
+        ref, mv, rand = curves[reference], curves["pods"], curves["pods-random"]
+        for key in ("steps_to_gain", "steps_to_peak"):
+            out[f"max-variance/random {key}"] = stats.ratio_between(ref, mv, rand, key, Q, WINDOW)
+        for key in ("mean_accuracy_steps", "mean_accuracy_time", "final_level"):
+            out[f"max-variance/random {key}"] = stats.difference_between(ref, mv, rand, key, Q, WINDOW)
+    return out
+
+
+def _figures(comparison: str, out: Path, methods: list[str], reference: str, done: list[int]) -> list[str]:
+    from podsrl.compare import fmt, read_evals, summarise, with_ci
+
+    def cell(e: stats.Estimate, spec=".2f", never=True) -> str:
+        value = None if math.isnan(e.value) else e.value
+        return with_ci(value, (e.low, e.high) if e.low is not None else None, e.never if never else None, e.resamples,
+                       spec, none="never")
+
+    cpu, wall = (summarise(out, methods, done, reference, clock, Q, WINDOW) for clock in ("cpu", "wall"))
+    curves = {m: stats.align([stats.curve(*read_evals(out / m / f"seed-{s}", "cpu")) for s in done]) for m in methods}
+    wall_curves = {m: stats.align([stats.curve(*read_evals(out / m / f"seed-{s}", "wall")) for s in done]) for m in methods}
+    est, est_wall = figures(curves, reference), figures(wall_curves, reference)
+    post_hoc = COMPARISONS[comparison]["primary"] == "peak"
+    share = f"{Q:.0%}"
+    lines = [
+        f"Comparison ({comparison}), {out.name}, over seeds {seed_list(done)}. {reference}'s seed-mean curve, aligned by "
+        f"optimizer step: step-0 accuracy {fmt(cpu['reference_base_accuracy'], '.3f')}, final level "
+        f"{fmt(cpu['reference_final_level'], '.3f')} (the mean of its last {WINDOW} evaluations); {share} of its gain is "
+        f"{fmt(cpu['reference_target_accuracy'], '.3f')}, reached at step {fmt(cpu['reference_steps_to_gain'], '.1f')} "
+        f"({fmt(cpu['reference_time_to_gain_s'], '.0f')} training CPU s); its peak (the paper's target) "
+        f"{fmt(cpu['reference_peak_accuracy'], '.3f')}, first reached at step {fmt(cpu['reference_steps_to_peak'], '.1f')} "
+        f"({fmt(cpu['reference_time_to_peak_s'], '.0f')} CPU s). A curve reaches a target linearly between evaluations; "
+        "a time is each seed's own clock at that step, averaged over seeds. Intervals: 95% paired bootstrap over seeds "
+        f"({stats.RESAMPLES} resamples, percentiles by numpy's inverted_cdf), with the resamples whose seed-mean curve "
+        "never reaches the target.", "",
+        "Pre-registered targets, on " + ("the paper's statistic (first reaching the reference's seed-mean peak), fixed "
+                                         "before these runs:" if post_hoc else
+                                         f"{share} of the reference's gain, fixed (issue 50) before these runs:"), "",
+        "| target | figure [95% CI] | result |", "|---|---|---|",
+    ]
+    complete = len(done) == len(COMPARISONS[comparison]["seeds"])
+    for t in TARGETS[comparison]:
+        met = t.met(est[t.figure])
+        lines.append(f"| {t.text} | {cell(est[t.figure])} | {('met' if met else 'missed') if complete else ('so far met' if met else 'so far missed')} |")
+    lines += ["", ("Robust measures, POST HOC (defined after these runs were seen: they can suggest, not settle)"
+                   if post_hoc else "Robust measures (the primary and the secondary statistics in full)")
+              + f": optimizer steps and training time to {share} of {reference}'s gain, and the mean accuracy over the "
+              "budget (against steps; against CPU time up to the shorter method's budget) and the final level, as "
+              f"differences from {reference}'s.", "",
+              f"| method | steps to {share} of gain | step ratio [95% CI] | CPU s to {share} of gain | speed-up, CPU clock "
+              f"[95% CI] | speed-up, wall clock [95% CI] | mean acc over steps, diff [95% CI] | mean acc over CPU time, diff "
+              "[95% CI] | final level, diff [95% CI] |", "|---|---|---|---|---|---|---|---|---|"]
+    for m in methods:
+        r = cpu["methods"][m]
+        lines.append(f"| {m} | {fmt(r['steps_to_gain'], '.1f')} | {cell(est[f'{m} step_ratio_to_gain'])} | "
+                     f"{fmt(r['time_to_gain_s'], '.0f')} | {cell(est[f'{m} speedup_to_gain'])} | "
+                     f"{cell(est_wall[f'{m} speedup_to_gain'])} | "
+                     f"{fmt(r['mean_accuracy_steps'], '.3f')}, {cell(est[f'{m} mean_accuracy_steps_diff'], '+.3f')} | "
+                     f"{fmt(r['mean_accuracy_time'], '.3f')}, {cell(est[f'{m} mean_accuracy_time_diff'], '+.3f')} | "
+                     f"{fmt(r['final_level'], '.3f')}, {cell(est[f'{m} final_level_diff'], '+.3f')} |")
+    if "max-variance/random steps_to_gain" in est:
+        lines += ["", f"max-variance / random, optimizer steps to {share} of {reference}'s gain: "
+                  f"{cell(est['max-variance/random steps_to_gain'])}; mean accuracy over steps, max-variance minus random: "
+                  f"{cell(est['max-variance/random mean_accuracy_steps'], '+.3f')}; over CPU time: "
+                  f"{cell(est['max-variance/random mean_accuracy_time'], '+.3f')}; final level: "
+                  f"{cell(est['max-variance/random final_level'], '+.3f')}."]
+    lines += ["", f"The paper's statistic: first reaching {reference}'s seed-mean peak"
+              + (" (the pre-registered one above)" if post_hoc else "") + ", with the step costs.", "",
+              f"| method | seeds | peak acc (seed mean ± sd) | steps to {reference}'s peak | step ratio [95% CI] "
+              "| speed-up, CPU clock [95% CI] | speed-up, wall clock [95% CI] | step CPU s | gen s/step | update s/step |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for m in methods:
+        r = cpu["methods"][m]
+        lines.append(f"| {m} | {len(r['per_seed'])} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(r['spread']['peak_accuracy_std'], '.3f')} "
+                     f"| {fmt(r['steps_to_reference_peak'], '.1f')} | {cell(est[f'{m} step_ratio_to_peak'])} "
+                     f"| {cell(est[f'{m} speedup_to_peak'])} | {cell(est_wall[f'{m} speedup_to_peak'])} "
+                     f"| {fmt(r['step_s'], '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['update_s_per_step'], '.1f')} |")
+    if "max-variance/random steps_to_peak" in est:
+        lines += ["", f"max-variance / random, optimizer steps to {reference}'s seed-mean peak: "
+                  f"{cell(est['max-variance/random steps_to_peak'])}."]
+    lines += ["", "Step CPU s: the training process's CPU seconds a step (evaluation excluded); the generation and "
+              "update split is in wall seconds, two runs at a time on the machine's two cores (compare --jobs 2, "
+              "threads=1 each).", "",
+              "Seed-mean held-out accuracy at each evaluation (the curves against optimizer steps):", "",
+              "| step | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    means = {m: dict(zip(curves[m].steps, curves[m].accuracy.mean(0))) for m in methods}
+    lines += [f"| {step:.0f} | " + " | ".join(fmt(means[m].get(step), '.3f') for m in methods) + " |"
+              for step in curves[reference].steps]
+    for target, what, key, steps, seconds in [
+        ("gain", f"{share} of its gain (from its step-0 accuracy to the mean of its last {WINDOW} evaluations)",
+         "reference_target_accuracy", "steps_to_gain", "time_to_gain_s"),
+        ("peak", "its peak (the paper's)", "reference_peak_accuracy", "steps_to_reference_peak", "time_to_reference_peak_s"),
+    ]:
+        lines += ["", f"Per seed, against the same seed's {reference} run and {what}: each method's optimizer steps to it "
+                  "(linear between evaluations) and training CPU seconds (n/a: never reached).", "",
+                  f"| seed | {reference}'s target | " + " | ".join(f"{m} steps | {m} CPU s" for m in methods) + " |",
+                  "|---|---|" + "---|---|" * len(methods)]
+        for i, s in enumerate(done):
+            rows = [cpu["methods"][m]["per_seed"][i] for m in methods]
+            lines.append(f"| {s} | {fmt(rows[0][key], '.3f')} | "
+                         + " | ".join(f"{fmt(r[steps], '.1f')} | {fmt(r[seconds], '.0f')}" for r in rows) + " |")
+    return lines
 
 
 def main() -> None:

@@ -1,9 +1,14 @@
-"""benchmarks/evidence.py report: the comparisons' figures and targets on hand-made runs."""
+"""benchmarks/evidence.py: the comparisons' figures and targets on hand-made runs; the confirmation's
+drivers, run with a train that writes made-up metrics."""
 
 import importlib.util
 import json
+import math
+import shutil
+import subprocess
 
 import pytest
+import yaml
 
 from conftest import REPO
 
@@ -13,17 +18,17 @@ def evidence(monkeypatch):
     spec = importlib.util.spec_from_file_location("evidence", REPO / "benchmarks" / "evidence.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setattr(module, "STEPS", 10)  # the hand-made runs finish at step 10
+    monkeypatch.setattr(module, "STEPS", 20)  # the hand-made runs finish at step 20
     return module
 
 
-def write_run(folder, accuracies, cpu_per_step, steps=10):
-    """Evaluations at steps 0, 5, 10 (``accuracies``), ``cpu_per_step`` training CPU seconds a
-    step and twice that on the wall, as the trainer logs them: the step-0 evaluation on a line of
-    its own, later ones in their step's record."""
+def write_run(folder, accuracies, cpu_per_step, steps=None):
+    """Evaluations every 5 steps from step 0 (``accuracies``), ``cpu_per_step`` training CPU
+    seconds a step and twice that on the wall, as the trainer logs them: the step-0 evaluation on
+    a line of its own, later ones in their step's record. ``steps``: where the run stopped."""
     folder.mkdir(parents=True)
     rows = [{"step": 0, "train_seconds": 0.0, "train_cpu_seconds": 0.0, "eval_accuracy": accuracies[0], "eval_step": 0}]
-    for step in range(1, steps + 1):
+    for step in range(1, (steps or 5 * (len(accuracies) - 1)) + 1):
         row = {"step": step, "train_seconds": 2.0 * cpu_per_step * step, "train_cpu_seconds": cpu_per_step * step,
                "generation_s": 0.5 * cpu_per_step, "scoring_s": 0.0, "update_s": 0.25 * cpu_per_step}
         if step % 5 == 0:
@@ -32,40 +37,187 @@ def write_run(folder, accuracies, cpu_per_step, steps=10):
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def test_comparison_a_reads_steps_to_grpos_peak_and_max_variance_over_random(evidence, tmp_path):
-    # every seed alike: GRPO peaks at 0.4 at step 10; PODS reaches 0.4 at step 5 (ratio 0.5);
-    # random's curve crosses 0.4 between 0.3 at step 5 and 0.5 at step 10: at step 7.5, so
-    # max-variance / random = 5 / 7.5. On time: GRPO 10 CPU s (1 a step), PODS 20 (4 a step).
-    for seed in range(evidence.COMPARISONS["a"]["seeds"]):
-        write_run(tmp_path / "grpo" / f"seed-{seed}", [0.1, 0.3, 0.4], 1.0)
-        write_run(tmp_path / "pods" / f"seed-{seed}", [0.1, 0.4, 0.4], 4.0)
-        write_run(tmp_path / "pods-random" / f"seed-{seed}", [0.1, 0.3, 0.5], 4.0)
+GRPO = [0.1, 0.2, 0.3, 0.4, 0.5]
+PODS = [0.1, 0.4, 0.5, 0.5, 0.5]
+RANDOM = [0.1, 0.2, 0.4, 0.5, 0.6]
+
+
+def write_a(evidence, folder, seeds=None, unfinished=()):
+    for seed in seeds or evidence.COMPARISONS["a"]["seeds"]:
+        write_run(folder / "grpo" / f"seed-{seed}", GRPO, 1.0)
+        write_run(folder / "pods" / f"seed-{seed}", PODS, 4.0, steps=7 if seed in unfinished else None)
+        write_run(folder / "pods-random" / f"seed-{seed}", RANDOM, 4.0)
+
+
+def rows(text):
+    return {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+
+
+def test_comparison_a_on_the_papers_statistic_and_the_robust_measures_post_hoc(evidence, tmp_path):
+    # every seed alike, so every interval is its point. GRPO 0.1, 0.2, 0.3, 0.4, 0.5 at steps 0-20:
+    # final level (0.3 + 0.4 + 0.5) / 3 = 0.4, 90% of the gain 0.1 + 0.9 * 0.3 = 0.37, reached at
+    # 10 + 5 * 0.07 / 0.1 = 13.5 steps; its peak 0.5 at step 20.
+    # PODS 0.1, 0.4, 0.5, ...: 0.37 at 5 * 0.27 / 0.3 = 4.5 steps (ratio 1/3), the peak at step 10 (0.5).
+    # Random 0.1, 0.2, 0.4, 0.5, 0.6: 0.37 at 5 + 5 * 0.17 / 0.2 = 9.25 (ratio 0.685), the peak at
+    # step 15 (0.75). Max-variance over random: 4.5 / 9.25 = 0.486; to the peak 10 / 15.
+    # On time: GRPO 1 CPU s a step (13.5 s to 0.37), PODS 4 (18 s): speed-up 0.75 on both clocks.
+    # Mean accuracy over steps 0-20, trapezoids of 5 steps: GRPO (0.15 + 0.25 + 0.35 + 0.45) / 4
+    # = 0.3, PODS (0.25 + 0.45 + 0.5 + 0.5) / 4 = 0.425: +0.125.
+    write_a(evidence, tmp_path)
     text = evidence.report("a", tmp_path)
     assert text == (tmp_path / "report.md").read_text()
-    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert "| 0.50 [0.50–0.50] | 0.50 [0.50–0.50] | 0.50 [0.50–0.50] | 4.0 | 2.0 | 1.0 |" in rows["pods"]
-    assert "| 7.5 | 0.75 [0.75–0.75] |" in rows["pods-random"]  # steps to the peak and their ratio to GRPO's 10
-    assert "max-variance / random, optimizer steps to GRPO's seed-mean peak: 0.67 [0.67–0.67]" in text
-    assert "| PODS reaches GRPO's peak in at most 0.6x GRPO's steps, the interval's upper end below 1.0 | met |" in text
-    assert "| max-variance needs fewer steps than random, the interval excluding 1.0 | met |" in text
-    # per seed: GRPO's own peak, then steps and CPU seconds to it (random: the first evaluation at or above it)
-    assert "| 0 | 0.400 | 10.0 | 10 | 5.0 | 20 | 7.5 | 40 |" in text
-    assert "| step | grpo | pods | pods-random |" in text  # the seed-mean curves against steps
-    assert "| 5 | 0.300 | 0.400 | 0.300 |" in text and "| 10 | 0.400 | 0.400 | 0.500 |" in text
+    assert text.startswith(f"Comparison (a), {tmp_path.name}, over seeds 0–7. grpo's seed-mean curve, aligned by optimizer "
+                           "step: step-0 accuracy 0.100, final level 0.400 (the mean of its last 3 evaluations); 90% of its "
+                           "gain is 0.370, reached at step 13.5 (14 training CPU s); its peak (the paper's target) 0.500, "
+                           "first reached at step 20.0 (20 CPU s).")
+    assert ("| PODS reaches GRPO's peak in at most 0.6x GRPO's steps, the interval's upper end below 1.0 "
+            "| 0.50 [0.50–0.50] (never 0/2000) | met |") in text
+    assert "| max-variance needs fewer steps than random, the interval excluding 1.0 | 0.67 [0.67–0.67] (never 0/2000) | met |" in text
+    assert "Robust measures, POST HOC (defined after these runs were seen" in text
+    robust, papers = text.split("The paper's statistic")
+    assert ("| pods | 4.5 | 0.33 [0.33–0.33] (never 0/2000) | 18 | 0.75 [0.75–0.75] (never 0/2000) "
+            "| 0.75 [0.75–0.75] (never 0/2000) | 0.425, +0.125 [+0.125–+0.125] |") in rows(robust)["pods"]
+    assert "| pods-random | 9.2 | 0.69 [0.69–0.69] (never 0/2000) | 37 |" in rows(robust)["pods-random"]
+    assert "max-variance / random, optimizer steps to 90% of grpo's gain: 0.49 [0.49–0.49] (never 0/2000)" in robust
+    assert "| pods | 8 | 0.500 ± 0.000 | 10.0 | 0.50 [0.50–0.50] (never 0/2000) |" in rows(papers)["pods"]
+    assert "| 4.0 | 2.0 | 1.0 |" in rows(papers)["pods"]  # step CPU s, gen s and update s a step
+    assert "| step | grpo | pods | pods-random |" in text and "| 10 | 0.300 | 0.500 | 0.400 |" in text
+    # per seed: steps and CPU seconds to the seed's own targets (random: 9.25 steps, 37 s; to the
+    # peak 15 steps, 60 s)
+    assert "| 0 | 0.370 | 13.5 | 14 | 4.5 | 18 | 9.2 | 37 |" in text
+    assert "| 0 | 0.500 | 20.0 | 20 | 10.0 | 40 | 15.0 | 60 |" in text
     assert "Not finished" not in text
 
 
 def test_comparison_b_on_time_with_a_run_unfinished(evidence, tmp_path):
-    # GRPO-GA peaks at 0.4 at step 5, 8 CPU s a step: 40 s; PODS reaches 0.4 at step 10, 4 a step: 40 s
-    for seed in range(evidence.COMPARISONS["b"]["seeds"]):
-        write_run(tmp_path / "grpo-ga" / f"seed-{seed}", [0.1, 0.4, 0.4], 8.0)
-        write_run(tmp_path / "pods" / f"seed-{seed}", [0.1, 0.3, 0.4], 4.0, steps=7 if seed == 2 else 10)
+    # GRPO-GA 0.1, 0.4, 0.4, 0.4, 0.4 at 8 CPU s a step: final 0.4, 90% of its gain 0.37 at
+    # 5 * 0.27 / 0.3 = 4.5 steps, 36 s; its peak 0.4 at step 5, 40 s. PODS 0.1, 0.3, 0.4, ...
+    # at 4 CPU s a step: 0.37 at 5 + 5 * 0.07 / 0.1 = 8.5 steps, 34 s (speed-up 36 / 34); the peak
+    # at step 10, 40 s (speed-up 1). Seed 2's PODS run stopped at step 7.
+    for seed in evidence.COMPARISONS["b"]["seeds"]:
+        write_run(tmp_path / "grpo-ga" / f"seed-{seed}", [0.1, 0.4, 0.4, 0.4, 0.4], 8.0)
+        write_run(tmp_path / "pods" / f"seed-{seed}", [0.1, 0.3, 0.4, 0.4, 0.4], 4.0, steps=7 if seed == 2 else None)
     text = evidence.report("b", tmp_path)
-    assert "| PODS reaches GRPO-GA's peak at least 1.7x sooner (CPU clock), the interval's lower end above 1.0 | so far missed |" in text
-    assert text.startswith(f"Comparison (b), {tmp_path.name}, over seeds 0-1: grpo-ga's seed-mean peak 0.400 at step 5 "
-                           "on its curve against optimizer steps (the step figures), 0.400 at 40 training CPU s on its "
-                           "curve against time (the speed-ups);")
-    assert ("Not finished yet, and not in these figures: pods seed 2; the finished runs of seeds 2-4 wait for their "
+    assert text.startswith(f"Comparison (b), {tmp_path.name}, over seeds 0, 1, 3, 4.")
+    assert ("| PODS reaches GRPO-GA's peak at least 1.7x sooner (CPU clock), the interval's lower end above 1.0 "
+            "| 1.00 [1.00–1.00] (never 0/2000) | so far missed |") in text
+    robust = text.split("The paper's statistic")[0]
+    assert "| pods | 8.5 | 1.89 [1.89–1.89] (never 0/2000) | 34 | 1.06 [1.06–1.06] (never 0/2000) |" in rows(robust)["pods"]
+    assert ("Not finished yet, and not in these figures: pods seed 2; the finished runs of seed 2 wait for their "
             "seed's other runs.") in text
-    pods = next(line for line in text.splitlines() if line.startswith("| pods |"))
-    assert "| pods | 2 | 0.400 |" in pods and "| 1.00 [1.00–1.00] |" in pods  # 40 CPU s each to GRPO-GA's peak
+
+
+def test_a_report_with_seed_0_unfinished_reads_the_seeds_that_finished(evidence, tmp_path):
+    """Seed 0's PODS run unfinished: the report said 'over seeds 0--1' with the reference's peak
+    'n/a at step n/a'; it reads seeds 1-7."""
+    write_a(evidence, tmp_path, unfinished={0})
+    text = evidence.report("a", tmp_path)
+    assert text.startswith(f"Comparison (a), {tmp_path.name}, over seeds 1–7.") and "n/a at step n/a" not in text
+    assert "0--1" not in text and "| so far met |" in text
+    assert "Not finished yet, and not in these figures: pods seed 0; the finished runs of seed 0 wait" in text
+
+
+def test_a_report_before_any_seed_has_finished_says_so(evidence, tmp_path):
+    write_a(evidence, tmp_path, seeds=[0, 1], unfinished={0, 1})
+    text = evidence.report("a", tmp_path)
+    assert text.startswith(f"Comparison (a), {tmp_path.name}: no seed has finished the runs of every method yet")
+    assert "n/a" not in text and "Not finished yet" in text and "pods seed 7" in text
+
+
+def test_the_confirmation_settings_are_fixed():
+    """The pre-registered settings, read from the module as the runs will use them."""
+    spec = importlib.util.spec_from_file_location("evidence_fixed", REPO / "benchmarks" / "evidence.py")
+    evidence = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evidence)
+    assert evidence.Q == 0.9 and evidence.WINDOW == 3 and evidence.STEPS == 60
+    a, b = evidence.COMPARISONS["confirm-a"], evidence.COMPARISONS["confirm-b"]
+    assert list(a["seeds"]) == list(range(8, 16)) and list(b["seeds"]) == list(range(8, 13))
+    assert (a["methods"], a["reference"]) == (evidence.COMPARISONS["a"]["methods"], "grpo")
+    assert (b["methods"], b["reference"]) == (evidence.COMPARISONS["b"]["methods"], "grpo-ga")
+    cmd = evidence.command("confirm-a", "arithmetic_2digit", 1e-05)
+    assert " ".join(cmd).endswith("--methods grpo,pods,pods-random:rule=random --seeds 8 --first-seed 8 --reference grpo "
+                                  "--steps 60 --eval-every 5 --clock cpu --keep metrics --save-every 10 --jobs 2 --out "
+                                  f"{REPO}/benchmarks/results/evidence_confirm_a_arithmetic_2digit")
+    assert cmd[3:9] == ["mode=pods", "lr=1e-05", "threads=1", "task.test_size=500", "prompts_per_step=4", "n=32"]
+    # the targets: what meets them and what does not
+    from podsrl.stats import Estimate
+
+    met = lambda name, *figure: [t.met(Estimate(*figure, 0, 2000)) for t in evidence.TARGETS[name]]
+    assert met("confirm-a", 0.7, 0.5, 0.99) == [True, True] and met("confirm-a", 0.71, 0.5, 0.9) == [False, True]
+    assert met("confirm-a", 0.6, 0.5, 1.0) == [False, False] and met("confirm-a", math.nan, None, None) == [False, False]
+    assert met("confirm-b", 1.7, 1.01, 3.0) == [True] and met("confirm-b", 2.5, 1.0, 3.0) == [False]
+
+
+def fake_train(calls):
+    """A train that writes a run's config and made-up metrics, evaluations every eval_every steps:
+    accuracy 0.05 + 0.3 (1 - exp(-step / scale)), the scale and the CPU seconds a step by method."""
+    from podsrl.checkpoint import write_atomic
+    from podsrl.config import to_yaml
+
+    def train(c, accelerator=None):
+        from pathlib import Path
+
+        method = "random" if c.rule == "random" and c.mode == "pods" else c.mode
+        scale, cost = {"grpo": (20, 1.0), "pods": (8, 2.0), "random": (12, 2.0), "grpo-ga": (8, 5.0)}[method]
+        calls.append((method, c.seed))
+        out = Path(c.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "config.yaml", to_yaml(c))
+        rows = []
+        for step in range(c.steps + 1):
+            row = {"step": step, "train_seconds": 1.1 * cost * step, "train_cpu_seconds": cost * step}
+            if step:
+                row |= {"generation_s": cost / 2, "scoring_s": 0.0, "update_s": cost / 2}
+            if step % c.eval_every == 0 or step == c.steps:
+                row |= {"eval_accuracy": round(0.05 + 0.3 * (1 - math.exp(-step / scale)) + 0.002 * (c.seed % 3), 3)}
+            rows.append(row)
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    return train
+
+
+def test_the_confirmation_drivers_run_seeds_8_to_15_then_8_to_12_reusing_pods(evidence, tmp_path, monkeypatch, capsys):
+    """``evidence.py confirm-a`` and ``confirm-b`` as they will run, but in this process, one run at
+    a time, with a train that writes made-up metrics; then their reports."""
+    import podsrl.trainer
+    from podsrl.cli import main
+
+    monkeypatch.setattr(evidence, "STEPS", 60)
+    monkeypatch.setattr(evidence, "ROOT", tmp_path)
+    monkeypatch.setattr(evidence, "chosen", lambda: ("arithmetic_2digit", 1e-05))
+    (tmp_path / "configs").mkdir()
+    shutil.copy(REPO / "configs" / "arithmetic_2digit.yaml", tmp_path / "configs")
+    calls = []
+    monkeypatch.setattr(podsrl.trainer, "train", fake_train(calls))
+
+    def in_process(cmd, cwd):
+        assert cmd[1:4] == ["-m", "podsrl", "compare"]
+        args = cmd[3:]
+        args[args.index("--jobs") + 1] = "1"
+        return subprocess.CompletedProcess(cmd, main(args))
+
+    monkeypatch.setattr(evidence.subprocess, "run", in_process)
+    assert evidence.run("confirm-a") == 0
+    out_a = tmp_path / "benchmarks" / "results" / "evidence_confirm_a_arithmetic_2digit"
+    assert sorted(calls) == sorted((m, s) for s in range(8, 16) for m in ("grpo", "pods", "random"))
+    assert sorted(p.name for p in (out_a / "pods").iterdir()) == sorted(f"seed-{s}" for s in range(8, 16))
+    config = yaml.safe_load((out_a / "pods-random" / "seed-9" / "config.yaml").read_text())
+    assert (config["seed"], config["n"], config["m"], config["rule"], config["lr"], config["steps"]) == (9, 32, 8, "random", 1e-05, 60)
+    assert (config["prompts_per_step"], config["task"]["test_size"], config["threads"]) == (4, 500, 1)
+    assert yaml.safe_load((out_a / "compare.yaml").read_text())["first_seed"] == 8
+    calls.clear()
+    assert evidence.run("confirm-b") == 0
+    assert sorted(calls) == [("grpo-ga", s) for s in range(8, 13)]  # PODS's runs taken from confirm-a
+    assert "pods seed 12: taken from benchmarks/results/evidence_confirm_a_arithmetic_2digit/pods/seed-12" in capsys.readouterr().out
+    # GRPO 0.05 + 0.3 (1 - e^(-s/20)); PODS the same with s/8: to 90% of GRPO's gain about 8/20 of
+    # GRPO's steps (0.4 < 0.7, every seed alike); random s/12: 0.6x; max-variance / random 0.67
+    text = evidence.report("confirm-a")
+    assert text.startswith("Comparison (confirm-a), evidence_confirm_a_arithmetic_2digit, over seeds 8–15.")
+    assert "fixed (issue 50) before these runs" in text and "POST HOC" not in text
+    assert "| PODS reaches 90% of GRPO's gain in at most 0.7x GRPO's optimizer steps, the interval's upper end below 1.0 | 0.4" in text
+    assert text.count("| met |") == 2
+    text = evidence.report("confirm-b")
+    assert text.startswith("Comparison (confirm-b), evidence_confirm_b_arithmetic_2digit, over seeds 8–12.")
+    # GRPO-GA and PODS learn alike per step; a PODS step costs 2 CPU s, a GRPO-GA step 5: 2.5x
+    assert ("| PODS reaches 90% of GRPO-GA's gain at least 1.7x sooner on the training CPU clock, the interval's lower end "
+            "above 1.0 | 2.50 [2.50–2.50] (never 0/2000) | met |") in text

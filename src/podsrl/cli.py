@@ -124,6 +124,8 @@ def cmd_compare(args) -> int:
 
     if args.seeds < 1:
         raise PodsError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.first_seed < 0:
+        raise PodsError(f"--first-seed must be >= 0, got {args.first_seed}")
     if args.save_every < 0:
         raise PodsError(f"--save-every must be >= 0, got {args.save_every}")
     if args.steps is not None:  # a step budget: no clock options
@@ -144,7 +146,7 @@ def cmd_compare(args) -> int:
     summary = run_all(*_split(args), args.methods, args.seeds, args.budget_minutes, Path(args.out), args.eval_every_s,
                       keep=args.keep, allow_config_change=args.allow_config_change, steps=args.steps,
                       eval_every=args.eval_every, reference=args.reference, clock=args.clock, save_every=args.save_every,
-                      jobs=args.jobs)
+                      jobs=args.jobs, first_seed=args.first_seed)
     _warn_missing(summary)
     print((Path(args.out) / "summary.md").read_text(), end="")
     return 0 if summary["methods"] else 1
@@ -203,7 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     _config_args(p)
     p.add_argument("--methods", nargs="+", default=["grpo,pods,grpo-ga"],
                    help="method names (grpo, pods, grpo-ga) or name:key=value,... (default: grpo,pods,grpo-ga)")
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=3, help="how many seeds each method runs (default 3)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="the first of them (default 0): --seeds 8 --first-seed 8 runs seeds 8-15")
     p.add_argument("--budget-minutes", type=float, default=None,
                    help="training clock per run (evaluation excluded; default 5)")
     p.add_argument("--eval-every-s", type=float, default=None,

@@ -4,8 +4,9 @@ same steps), and compare their held-out accuracy against time and against steps 
 
 A method is a name plus config overrides. Built in: ``grpo`` (mode=grpo, n = the config's m),
 ``pods`` (mode=pods) and ``grpo-ga`` (mode=grpo-ga); ``name:key=value,key=value`` defines more
-(``pods-random:rule=random``). The others are timed to the reference method's seed-mean peak
-(``grpo``, or ``--reference``). Runs live in ``<out>/<method>/seed-<s>``; a finished run is kept,
+(``pods-random:rule=random``). The others are measured against the reference method (``grpo``,
+or ``--reference``) by :mod:`podsrl.stats`: steps and time to 90% of its gain, mean accuracy over
+the budget, and the paper's statistic, steps and time to its seed-mean peak. Runs live in ``<out>/<method>/seed-<s>``; a finished run is kept,
 an unfinished one resumes, and a larger budget extends every run from its last checkpoint.
 ``--jobs N`` trains N runs at a time, each in its own process.
 """
@@ -16,13 +17,12 @@ import json
 import logging
 import math
 import os
-import random
 import re
 import shutil
-import statistics
 from pathlib import Path
 from typing import NamedTuple
 
+from podsrl import stats
 from podsrl.checkpoint import read_metrics, write_atomic
 from podsrl.config import load_config
 from podsrl.errors import PodsError, first_line
@@ -84,21 +84,11 @@ def _new_method(methods: dict, name: str, overrides: list[str]) -> str:
     return name
 
 
-def speedup(grpo_time: float | None, time: float | None) -> float | None:
-    """GRPO's time to its peak over a method's (None where the method never reaches it); a
-    method that starts at GRPO's peak (time 0) is infinitely faster, unless GRPO's peak is its
-    start too (1.0)."""
-    if time is None or grpo_time is None:
-        return None
-    if time == 0:
-        return 1.0 if grpo_time == 0 else math.inf
-    return grpo_time / time
-
-
 def run_all(config_path: str | None, overrides: list[str], method_specs: list[str], seeds: int,
             budget_minutes: float | None, out: Path, eval_every_s: float | None, keep: str = "metrics",
             allow_config_change: bool = False, steps: int | None = None, eval_every: int | None = None,
-            reference: str = "grpo", clock: str = "wall", save_every: int = 0, jobs: int = 1) -> dict:
+            reference: str = "grpo", clock: str = "wall", save_every: int = 0, jobs: int = 1,
+            first_seed: int = 0) -> dict:
     """Train every method for every seed, then summarise. The budget is training time
     (``budget_minutes``, evaluating every ``eval_every_s`` seconds of it, on the ``clock``: wall
     or the training process's CPU seconds) or optimizer steps (``steps``, evaluating every
@@ -127,7 +117,8 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     else:
         budget = Budget(budget_minutes * 60, CLOCKS[clock], "s")
         schedule = ["steps=1000000", f"time_budget_s={budget.total}", f"eval_every_s={eval_every_s}", f"clock={clock}"]
-    plan = [(m, s) for s in range(seeds) for m in methods]  # seed-major: early results cover every method
+    seed_list = list(range(first_seed, first_seed + seeds))
+    plan = [(m, s) for s in seed_list for m in methods]  # seed-major: early results cover every method
     configs = {}
     for method, seed in plan:  # every run's config validated before any trains
         configs[method, seed] = load_config(config_path, [
@@ -140,9 +131,9 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
     with comparison_lock(out):  # one comparison at a time writes into out
         done = _check_folders(out, plan, configs, budget)
         _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s, steps, eval_every,
-                reference, clock)
+                reference, clock, first_seed)
         _train_plan(out, plan, configs, done, budget, keep, jobs)
-        summary = summarise(out, list(_recorded_methods(out) or methods), seeds, reference, clock)
+        summary = summarise(out, list(_recorded_methods(out) or methods), seed_list, reference, clock)
         write_reports(out, summary)
     return summary
 
@@ -303,7 +294,7 @@ def prune(run_dir: Path, keep: str) -> None:
 
 def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget_minutes: float | None,
             eval_every_s: float | None, steps: int | None = None, eval_every: int | None = None,
-            reference: str = "grpo", clock: str = "wall") -> None:
+            reference: str = "grpo", clock: str = "wall", first_seed: int = 0) -> None:
     """Write (or extend) the comparison's record: methods keep their first definition's order."""
     import yaml
 
@@ -311,7 +302,8 @@ def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget
     recorded = _read_record(out)
     record = {"config": config_path, "overrides": list(overrides),
               "methods": {**recorded.get("methods", {}), **methods},
-              "seeds": max(seeds, recorded.get("seeds", 0)), "reference": reference, "clock": clock,
+              "seeds": max(seeds, recorded.get("seeds", 0)), **({"first_seed": first_seed} if first_seed else {}),
+              "reference": reference, "clock": clock,
               **({"steps": steps, "eval_every": eval_every} if steps is not None else
                  {"budget_minutes": budget_minutes, "eval_every_s": eval_every_s})}
     write_atomic(out / RECORD, yaml.safe_dump(record, sort_keys=False))
@@ -344,18 +336,23 @@ def recorded_clock(out: Path) -> str:
     return clock if clock in CLOCKS else "wall"
 
 
-def compared_methods(out: Path) -> tuple[list[str], int]:
+def compared_methods(out: Path) -> tuple[list[str], list[int]]:
     """The methods a comparison folder holds runs of (the reference first, then in the recorded order, or
-    by name where there is no record) and the number of seeds (highest seed index + 1). A folder
-    without ``seed-N/metrics.jsonl`` inside is not a method."""
+    by name where there is no record) and the seeds (from 0, or from the lowest seed run where that is
+    above the recorded first seed, to the highest). A folder without ``seed-N/metrics.jsonl`` inside is
+    not a method."""
     if not out.is_dir():
-        return [], 0
+        return [], []
     seeds = {p.name: [int(s.name[5:]) for s in p.glob("seed-*") if s.name[5:].isdigit() and (s / "metrics.jsonl").is_file()]
              for p in out.iterdir() if p.is_dir()}
     seeds = {m: s for m, s in seeds.items() if s}
     order = [m for m in _recorded_methods(out) if m in seeds] + sorted(m for m in seeds if m not in _recorded_methods(out))
     order.sort(key=lambda m: m != recorded_reference(out))  # stable: the reference first, the rest as they were
-    return order, max((max(s) + 1 for s in seeds.values()), default=0)
+    if not seeds:
+        return order, []
+    recorded_first = _read_record(out).get("first_seed", 0)
+    first = min(recorded_first if isinstance(recorded_first, int) else 0, min(min(s) for s in seeds.values()))
+    return order, list(range(first, max(max(s) for s in seeds.values()) + 1))
 
 
 def finished_at(run_dir: Path, key: str = "train_seconds") -> float | None:
@@ -389,186 +386,147 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def first_time_reaching(curve: list[tuple[float, float]], target: float) -> float | None:
-    """The first time of a (time, accuracy) curve at which it reaches ``target``; None if never."""
-    return next((t for t, a in curve if a >= target - 1e-12), None)
+def run_curves(runs: dict, method: str, seeds: list[int]) -> stats.Runs:
+    """The runs of ``method`` over ``seeds`` (each read by :func:`read_evals`), on common step grids."""
+    return stats.align([stats.curve(*runs[method, s]) for s in seeds])
 
 
-def points(evals: list[dict], key: str = "train_seconds") -> list[tuple[float, float]]:
-    return [(e[key], e["eval_accuracy"]) for e in evals]
+def _value(x):
+    """An array entry for the summary: NaN (never reached, or undefined) as None."""
+    x = float(x)
+    return None if math.isnan(x) else x
 
 
-def crossing(curve: list[tuple[float, float]], target: float) -> float | None:
-    """Where a curve, drawn as straight lines between its (x, accuracy) points, first reaches
-    ``target``; None if it never does."""
-    for i, (x1, a1) in enumerate(curve):
-        if a1 >= target - 1e-12:
-            if i == 0:
-                return x1
-            x0, a0 = curve[i - 1]  # below the target
-            return x0 + (x1 - x0) * (target - a0) / (a1 - a0)
-    return None
+def _estimate(est: stats.Estimate, name: str) -> dict:
+    """``name``, ``name_ci95`` and, for a figure to a target, ``name_never``: the resamples of
+    ``name_resamples`` in which the method never reaches it."""
+    return {name: _value(est.value), f"{name}_ci95": [est.low, est.high] if est.low is not None else None,
+            **({f"{name}_never": est.never} if est.never is not None else {})}
 
 
-def step_ratio(reference_steps: float | None, steps: float | None) -> float | None:
-    """A method's steps to the reference's peak over the reference's own (None where the method
-    never reaches it); both at step 0 is 1.0, the reference at 0 and the method later infinite."""
-    if steps is None or reference_steps is None:
-        return None
-    if reference_steps == 0:
-        return 1.0 if steps == 0 else math.inf
-    return steps / reference_steps
+def summarise(out: Path, methods: list[str], seeds, reference: str = "grpo", clock: str = "wall",
+              q: float = stats.Q, window: int = stats.WINDOW) -> dict:
+    """Per method against the reference (GRPO unless ``reference`` names another), over ``seeds``
+    (a number: seeds 0 .. seeds-1; or the seeds themselves), with the definitions of
+    :mod:`podsrl.stats` (seed-mean curves aligned by optimizer step, times from each seed's own
+    clock, paired bootstrap over seeds):
 
+    - the robust measures: optimizer steps and time to reach ``q`` of the reference's gain (from
+      the step-0 accuracy to its final level, the mean of its last ``window`` evaluations) as a
+      step ratio and a speed-up; the mean accuracy over the budget against steps and against
+      time (up to the shorter method's time budget) and the final level, each as a difference
+      from the reference's;
+    - the paper's statistic: steps and time to first reach the reference's seed-mean peak, as a
+      step ratio and a speed-up;
+    - each figure per seed, against the same seed's reference run; step costs, memory, spreads.
 
-def held_curves(curves: list[list[dict]], key: str = "train_seconds") -> tuple[list[float], list[list[float]]]:
-    """Every seed's accuracy at every evaluation time of any seed, up to the earliest end;
-    between its evaluations a seed holds its last value. Returns (grid, [seed][grid])."""
-    end = min(c[-1][key] for c in curves)
-    grid = sorted({e[key] for c in curves for e in c if e[key] <= end})
-    held = lambda c, x: next(e["eval_accuracy"] for e in reversed(c) if e[key] <= x)
-    return grid, [[held(c, x) for x in grid] for c in curves]
-
-
-def mean_curve(curves: list[list[dict]], key: str = "train_seconds") -> list[tuple[float, float]]:
-    grid, values = held_curves(curves, key)
-    return [(x, statistics.fmean(column)) for x, column in zip(grid, zip(*values))]
-
-
-def mean_peak(curves: list[list[dict]], key: str = "train_seconds") -> tuple[float | None, float | None]:
-    """The peak of the seed-mean curve and the first time (or step, ``key="step"``) it is reached;
-    (None, None) without curves."""
-    if not curves:
-        return None, None
-    curve = mean_curve(curves, key)
-    peak = max(a for _, a in curve)
-    return peak, first_time_reaching(curve, peak)
-
-
-def headline_speedup(reference_curves: list[list[dict]], curves: list[list[dict]]) -> float:
-    """The reference's time to its seed-mean peak over the method's time to reach it on its
-    seed-mean curve; 0 where the method's mean curve never reaches it."""
-    target, ref_t = mean_peak(reference_curves)
-    return speedup(ref_t, first_time_reaching(mean_curve(curves), target)) or 0.0
-
-
-def headline_step_ratio(reference_curves: list[list[dict]], curves: list[list[dict]]) -> tuple[float, float | None]:
-    """The method's steps to the reference's seed-mean peak over the reference's (both read off
-    the seed-mean curves against steps, linear between evaluations; infinite where the method's
-    curve never reaches it), and the method's steps."""
-    target, _ = mean_peak(reference_curves, "step")
-    ref_steps = crossing(mean_curve(reference_curves, "step"), target)
-    steps = crossing(mean_curve(curves, "step"), target)
-    ratio = step_ratio(ref_steps, steps)
-    return (math.inf if ratio is None else ratio), steps
-
-
-def bootstrap(statistic, reference_curves: list[list[dict]], curves: list[list[dict]], resamples: int = 2000,
-              level: float = 0.95) -> tuple[float, float] | None:
-    """Percentile interval of ``statistic(reference_curves, curves)`` over resampled seeds: each
-    resample draws seeds with replacement and takes the same seeds of the reference and the method
-    (paired: a seed is one prompt order and one set of first evaluations). None with fewer than
-    two seeds."""
-    if len(curves) < 2:
-        return None
-    rng = random.Random(0)
-    draws = sorted(
-        statistic([reference_curves[i] for i in idx], [curves[i] for i in idx])
-        for idx in ([rng.randrange(len(curves)) for _ in curves] for _ in range(resamples))
-    )
-    tail = (1 - level) / 2
-    return draws[int(tail * resamples)], draws[min(resamples - 1, int((1 - tail) * resamples))]
-
-
-def bootstrap_speedup(reference_curves: list[list[dict]], curves: list[list[dict]], resamples: int = 2000,
-                      level: float = 0.95) -> tuple[float, float] | None:
-    """:func:`bootstrap` of :func:`headline_speedup`: a resample where the method never reaches
-    the reference's peak counts as speed-up 0."""
-    return bootstrap(headline_speedup, reference_curves, curves, resamples, level)
-
-
-def summarise(out: Path, methods: list[str], seeds: int, reference: str = "grpo", clock: str = "wall") -> dict:
-    """Per method: peak and final accuracy, the training time and the optimizer steps to reach the
-    reference method's peak accuracy (GRPO's unless ``reference`` names another), the speed-up over
-    the reference on time and its step ratio, step costs, memory, and the spread over seeds.
-
-    The headline figures use the seed-mean curves: the reference's peak is the maximum of its mean
-    curve; a method's time is the first evaluation time at which its mean curve reaches that value,
-    and its steps the first step at which the mean curve, drawn linearly between evaluations,
-    reaches it. Per seed, the same is computed against that seed's reference run (noisier: one
-    held-out set, one peak). Times are on ``clock``: wall seconds, or the training process's CPU
-    seconds (``cpu``)."""
-    runs = {(m, s): read_evals(out / m / f"seed-{s}", clock) for m in methods for s in range(seeds)
+    A method run on fewer seeds is measured against the reference's runs of the same seeds.
+    Times are on ``clock``: wall seconds, or the training process's CPU seconds (``cpu``)."""
+    seeds = list(range(seeds)) if isinstance(seeds, int) else sorted(seeds)
+    runs = {(m, s): read_evals(out / m / f"seed-{s}", clock) for m in methods for s in seeds
             if (out / m / f"seed-{s}" / "metrics.jsonl").exists()}
     runs = {k: v for k, v in runs.items() if v[0]}  # a run killed before its first evaluation has no curve
-    missing = [f"{m} seed {s}" for m in methods for s in range(seeds) if (m, s) not in runs]
-    ref_peak = {s: max(e["eval_accuracy"] for e in runs[reference, s][0]) for s in range(seeds) if (reference, s) in runs}
-    ref_time = {s: first_time_reaching(points(runs[reference, s][0]), ref_peak[s]) for s in ref_peak}
-    ref_steps = {s: crossing(points(runs[reference, s][0], "step"), ref_peak[s]) for s in ref_peak}
-    target, ref_t = mean_peak([runs[reference, s][0] for s in ref_peak])
-    # the step figures read the reference's seed-mean curve against steps, whose peak may differ
-    step_target, ref_step = mean_peak([runs[reference, s][0] for s in ref_peak], "step")
-    summary = {"reference": reference, "clock": clock, "methods": {}, "seeds": seeds, "reference_peak_accuracy": target,
-               "reference_time_to_peak_s": ref_t, "reference_peak_accuracy_steps": step_target,
-               "reference_steps_to_peak": ref_step, "reference_peak_accuracy_per_seed": ref_peak, "missing_runs": missing}
+    missing = [f"{m} seed {s}" for m in methods for s in seeds if (m, s) not in runs]
+    ref_seeds = [s for s in seeds if (reference, s) in runs]
+    summary = {"reference": reference, "clock": clock, "methods": {}, "seeds": seeds, "q": q, "final_window": window,
+               "bootstrap": {"resamples": stats.RESAMPLES, "level": stats.LEVEL,
+                             "intervals": "paired over seeds; percentiles by numpy's inverted_cdf"},
+               "missing_runs": missing}
+    if ref_seeds:
+        ref = run_curves(runs, reference, ref_seeds)
+        per_seed, own = stats.compare_runs(ref, ref, q, window, resamples=0)
+        summary |= {"reference_base_accuracy": own["base_accuracy"].value, "reference_final_level": own["final_level"].value,
+                    "reference_target_accuracy": own["target_gain"].value, "reference_steps_to_gain": own["steps_to_gain"].value,
+                    "reference_time_to_gain_s": own["time_to_gain"].value,
+                    "reference_peak_accuracy": own["target_peak"].value, "reference_steps_to_peak": own["steps_to_peak"].value,
+                    "reference_time_to_peak_s": own["time_to_peak"].value,
+                    "reference_peak_accuracy_per_seed": dict(zip(ref_seeds, map(float, per_seed["target_peak"])))}
     for m in methods:
-        per_seed = []
-        for s in range(seeds):
-            if (m, s) not in runs or s not in ref_peak:
-                continue
-            evals, steps = runs[m, s]
-            t = first_time_reaching(points(evals), ref_peak[s])
-            n = crossing(points(evals, "step"), ref_peak[s])
-            per_seed.append({
-                "seed": s, "peak_accuracy": max(e["eval_accuracy"] for e in evals), "final_accuracy": evals[-1]["eval_accuracy"],
-                "base_accuracy": evals[0]["eval_accuracy"], "time_to_reference_peak_s": t,
-                "speedup_vs_reference": speedup(ref_time[s], t), "steps": steps[-1]["step"] if steps else 0,
-                "steps_to_reference_peak": n, "step_ratio_vs_reference": step_ratio(ref_steps[s], n),
-                "rollouts_per_step": _mean([r.get("rollouts_generated") for r in steps]),
-                **sampler_statistics(steps),
-                "train_seconds": steps[-1]["train_seconds"] if steps else 0.0,
-                "generation_s_per_step": _mean([r["generation_s"] for r in steps]),
-                "scoring_s_per_step": _mean([r.get("scoring_s") for r in steps]),
-                "step_s": _mean([r["train_seconds"] - p["train_seconds"] for p, r in zip(steps, steps[1:])]),
-                "update_s_per_step": _mean([r["update_s"] for r in steps]),
-                "update_peak_memory_mb": _max([r.get("update_peak_memory_mb") for r in steps]),
-            })
-        # against the reference's mean over the method's own seeds (all, unless the method ran fewer)
-        ref_curves = [runs[reference, p["seed"]][0] for p in per_seed]
-        own = [runs[m, p["seed"]][0] for p in per_seed]
-        target_m, ref_t_m = mean_peak(ref_curves)
-        t_mean = first_time_reaching(mean_curve(own), target_m) if per_seed else None
-        ratio, steps_mean = headline_step_ratio(ref_curves, own) if per_seed else (None, None)
-        speedups = [p["speedup_vs_reference"] for p in per_seed if p["speedup_vs_reference"] is not None]
-        ci = bootstrap(headline_speedup, ref_curves, own)
-        step_ci = bootstrap(lambda r, c: headline_step_ratio(r, c)[0], ref_curves, own)
-        summary["methods"][m] = {
-            "peak_accuracy": _mean([p["peak_accuracy"] for p in per_seed]),
-            "final_accuracy": _mean([p["final_accuracy"] for p in per_seed]),
-            "reference_peak_accuracy_same_seeds": target_m,
-            "time_to_reference_peak_s": t_mean,
-            "speedup_vs_reference": speedup(ref_t_m, t_mean),
-            "speedup_vs_reference_ci95": list(ci) if ci else None,
-            "steps_to_reference_peak": steps_mean,
-            "step_ratio_vs_reference": ratio,
-            "step_ratio_vs_reference_ci95": list(step_ci) if step_ci else None,
-            "rollouts_per_step": _mean([p["rollouts_per_step"] for p in per_seed]),
-            **{k: _mean([p[k] for p in per_seed]) for k in SAMPLER_STATISTICS},
-            "seeds_reaching_reference_peak": len(speedups),
-            "fraction_of_seeds_reaching_reference_peak": len(speedups) / len(per_seed) if per_seed else None,
-            "generation_s_per_step": _mean([p["generation_s_per_step"] for p in per_seed]),
-            "scoring_s_per_step": _mean([p["scoring_s_per_step"] for p in per_seed]),
-            "step_s": _mean([p["step_s"] for p in per_seed]),
-            "update_s_per_step": _mean([p["update_s_per_step"] for p in per_seed]),
-            "update_peak_memory_mb": _mean([p["update_peak_memory_mb"] for p in per_seed]),
-            "spread": {
-                "peak_accuracy_std": _std([p["peak_accuracy"] for p in per_seed]),
-                "speedup_vs_reference_per_seed_mean": _mean(speedups) if len(speedups) == len(per_seed) else None,
-                "speedup_vs_reference_min": min(speedups) if speedups else None,
-                "speedup_vs_reference_max": max(speedups) if speedups else None,
-            },
-            "per_seed": per_seed,
-        }
+        own_seeds = [s for s in ref_seeds if (m, s) in runs]
+        summary["methods"][m] = _method_summary(runs, m, reference, own_seeds, q, window) if own_seeds else _empty()
     return summary
+
+
+FIGURES = {**{name: name for name in ("step_ratio_to_gain", "speedup_to_gain", "mean_accuracy_steps_diff",
+                                      "mean_accuracy_time_diff", "final_level_diff")},
+           "step_ratio_to_peak": "step_ratio_vs_reference", "speedup_to_peak": "speedup_vs_reference"}
+"""The figures with a paired interval: :func:`podsrl.stats.measures`' name -> the summary's (the
+paper's statistic under its earlier names)."""
+
+
+def _method_summary(runs: dict, m: str, reference: str, seeds: list[int], q: float, window: int) -> dict:
+    per_seed_figures, est = stats.compare_runs(run_curves(runs, reference, seeds), run_curves(runs, m, seeds), q, window)
+    per_seed = []
+    for i, s in enumerate(seeds):
+        evals, steps = runs[m, s]
+        figure = {name: _value(values[i]) for name, values in per_seed_figures.items()}
+        per_seed.append({
+            "seed": s, "peak_accuracy": max(e["eval_accuracy"] for e in evals), "final_accuracy": evals[-1]["eval_accuracy"],
+            "base_accuracy": evals[0]["eval_accuracy"], "final_level": figure["final_level"],
+            "reference_target_accuracy": figure["target_gain"], "steps_to_gain": figure["steps_to_gain"],
+            "time_to_gain_s": figure["time_to_gain"],
+            "step_ratio_to_gain": _reached(figure, "step_ratio_to_gain"), "speedup_to_gain": _reached(figure, "speedup_to_gain"),
+            "mean_accuracy_steps": figure["mean_accuracy_steps"],
+            "reference_peak_accuracy": figure["target_peak"], "time_to_reference_peak_s": figure["time_to_peak"],
+            "speedup_vs_reference": _reached(figure, "speedup_to_peak"), "steps": steps[-1]["step"] if steps else 0,
+            "steps_to_reference_peak": figure["steps_to_peak"], "step_ratio_vs_reference": _reached(figure, "step_ratio_to_peak"),
+            "rollouts_per_step": stats.mean_of([r.get("rollouts_generated") for r in steps]),
+            **sampler_statistics(steps),
+            "train_seconds": steps[-1]["train_seconds"] if steps else 0.0,
+            "generation_s_per_step": stats.mean_of([r["generation_s"] for r in steps]),
+            "scoring_s_per_step": stats.mean_of([r.get("scoring_s") for r in steps]),
+            "step_s": stats.mean_of([r["train_seconds"] - p["train_seconds"] for p, r in zip(steps, steps[1:])]),
+            "update_s_per_step": stats.mean_of([r["update_s"] for r in steps]),
+            "update_peak_memory_mb": _max([r.get("update_peak_memory_mb") for r in steps]),
+        })
+    speedups = [p["speedup_vs_reference"] for p in per_seed if p["speedup_vs_reference"] is not None]
+    figures = {}
+    for name, key in FIGURES.items():
+        figures |= _estimate(est[name], key)
+    for target, keys in {"gain": ("step_ratio_to_gain", "speedup_to_gain"),
+                         "peak": ("step_ratio_vs_reference", "speedup_vs_reference")}.items():
+        if math.isnan(est[f"steps_to_{target}"].value):  # its seed-mean curve never reaches it: no figure
+            figures |= dict.fromkeys(keys)
+    return {
+        "peak_accuracy": stats.mean_of([p["peak_accuracy"] for p in per_seed]),
+        "final_accuracy": stats.mean_of([p["final_accuracy"] for p in per_seed]),
+        "reference_target_accuracy_same_seeds": est["target_gain"].value,
+        "steps_to_gain": _value(est["steps_to_gain"].value), "time_to_gain_s": _value(est["time_to_gain"].value),
+        "mean_accuracy_steps": est["mean_accuracy_steps"].value, "mean_accuracy_time": _value(est["mean_accuracy_time"].value),
+        "final_level": est["final_level"].value,
+        "reference_peak_accuracy_same_seeds": est["target_peak"].value,
+        "time_to_reference_peak_s": _value(est["time_to_peak"].value),
+        "steps_to_reference_peak": _value(est["steps_to_peak"].value),
+        **figures,
+        "bootstrap_resamples": est["steps_to_gain"].resamples,
+        "rollouts_per_step": stats.mean_of([p["rollouts_per_step"] for p in per_seed]),
+        **{k: stats.mean_of([p[k] for p in per_seed]) for k in SAMPLER_STATISTICS},
+        "seeds_reaching_gain": sum(p["steps_to_gain"] is not None for p in per_seed),
+        "seeds_reaching_reference_peak": len(speedups),
+        "fraction_of_seeds_reaching_reference_peak": len(speedups) / len(per_seed),
+        "generation_s_per_step": stats.mean_of([p["generation_s_per_step"] for p in per_seed]),
+        "scoring_s_per_step": stats.mean_of([p["scoring_s_per_step"] for p in per_seed]),
+        "step_s": stats.mean_of([p["step_s"] for p in per_seed]),
+        "update_s_per_step": stats.mean_of([p["update_s_per_step"] for p in per_seed]),
+        "update_peak_memory_mb": stats.mean_of([p["update_peak_memory_mb"] for p in per_seed]),
+        "spread": {
+            "peak_accuracy_std": stats.sample_sd([p["peak_accuracy"] for p in per_seed]),
+            "final_level_std": stats.sample_sd([p["final_level"] for p in per_seed]),
+            "speedup_vs_reference_per_seed_mean": stats.mean_of(speedups) if len(speedups) == len(per_seed) else None,
+            "speedup_vs_reference_min": min(speedups) if speedups else None,
+            "speedup_vs_reference_max": max(speedups) if speedups else None,
+        },
+        "per_seed": per_seed,
+    }
+
+
+def _reached(figure: dict, name: str):
+    """A seed's step ratio or speed-up to a target, None where it never reaches it (not ∞ or 0)."""
+    return figure[name] if figure["steps_to_" + name.rsplit("_to_", 1)[1]] is not None else None
+
+
+def _empty() -> dict:
+    return {"per_seed": [], "spread": {}}
 
 
 SAMPLER_COUNTS = tuple(key for key in COUNTS if key != "rollouts_generated")  # that one is rollouts_per_step
@@ -578,11 +536,11 @@ SAMPLER_STATISTICS = (*(f"{key}_per_step" for key in SAMPLER_COUNTS), "zero_adva
 def sampler_statistics(steps: list[dict]) -> dict:
     """What the sampler did per step (means; None where the run's metrics predate the key), and
     the share of the trained rollouts whose advantage was zero."""
-    stats = {f"{key}_per_step": _mean([r.get(key) for r in steps]) for key in SAMPLER_COUNTS}
+    counts = {f"{key}_per_step": stats.mean_of([r.get(key) for r in steps]) for key in SAMPLER_COUNTS}
     zero = [(r["skipped_zero_advantage"], r["trained_sequences"]) for r in steps
             if r.get("trained_sequences") and r.get("skipped_zero_advantage") is not None]
-    stats["zero_advantage_fraction"] = sum(z for z, _ in zero) / sum(n for _, n in zero) if zero else None
-    return stats
+    counts["zero_advantage_fraction"] = sum(z for z, _ in zero) / sum(n for _, n in zero) if zero else None
+    return counts
 
 
 def write_reports(out: Path, summary: dict) -> None:
@@ -598,33 +556,70 @@ def fmt(v, spec: str = ".2f") -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def with_ci(v, ci) -> str:
-    """A figure with its interval, where it has one: ``1.15 [0.00–1.54]``."""
-    return fmt(v) + (f" [{fmt(ci[0])}–{fmt(ci[1])}]" if ci else "")
+def with_ci(v, ci, never: int | None = None, resamples: int | None = None, spec: str = ".2f", none: str = "n/a") -> str:
+    """A figure with its interval, where it has one, and how many resamples never reach the
+    target, where it is a figure to a target: ``0.51 [0.41–0.69] (never 3/2000)``; ``none`` where
+    there is no figure."""
+    text = none if v is None else fmt(v, spec)
+    if ci:
+        text += f" [{fmt(ci[0], spec)}–{fmt(ci[1], spec)}]"
+    if ci and never is not None:
+        text += f" (never {never}/{resamples})"
+    return text
 
 
 def markdown_table(summary: dict) -> str:
     ref = summary.get("reference", "grpo")
     name = "GRPO" if ref == "grpo" else ref
+    q, window = summary.get("q", stats.Q), summary.get("final_window", stats.WINDOW)
+    cpu = " (CPU seconds of the training process)" if summary.get("clock") == "cpu" else ""
     lines = [
-        f"{name}'s peak on its seed-mean curve: {fmt(summary.get('reference_peak_accuracy'), '.3f')}, "
-        f"reached at {fmt(summary.get('reference_time_to_peak_s'), '.0f')} s of training"
-        f"{' (CPU seconds of the training process)' if summary.get('clock') == 'cpu' else ''}; on its curve against "
-        f"optimizer steps (the step columns): {fmt(summary.get('reference_peak_accuracy_steps'), '.3f')}, at step "
-        f"{fmt(summary.get('reference_steps_to_peak'), '.0f')}.\n",
-        f"| method | peak acc (mean ± std) | final acc | time to {name} peak (s) | speed-up vs {name} [95% CI] | per-seed speed-ups "
+        f"{name}'s seed-mean curve (aligned by optimizer step): step-0 accuracy {fmt(summary.get('reference_base_accuracy'), '.3f')}, "
+        f"final level {fmt(summary.get('reference_final_level'), '.3f')} (the mean of its last {window} evaluations); "
+        f"{q:.0%} of its gain is {fmt(summary.get('reference_target_accuracy'), '.3f')}, reached at step "
+        f"{fmt(summary.get('reference_steps_to_gain'), '.1f')}, {fmt(summary.get('reference_time_to_gain_s'), '.0f')} s of "
+        f"training{cpu}. Its peak (the paper's target): {fmt(summary.get('reference_peak_accuracy'), '.3f')}, first reached at "
+        f"step {fmt(summary.get('reference_steps_to_peak'), '.1f')}, {fmt(summary.get('reference_time_to_peak_s'), '.0f')} s.\n",
+        f"Robust measures, against {name}: reach is linear between evaluations on the seed-mean curves, time is each seed's "
+        f"own clock at that step averaged over seeds; 95% paired bootstrap over seeds, with the resamples whose seed-mean "
+        f"curve never reaches the target.\n",
+        f"| method | seeds | steps to {q:.0%} of {name}'s gain | step ratio vs {name} [95% CI] | time to {q:.0%} of gain (s) "
+        f"| speed-up vs {name} [95% CI] | mean acc over steps | diff vs {name} [95% CI] | mean acc over time | diff vs {name} [95% CI] "
+        f"| final level | diff vs {name} [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, r in summary["methods"].items():
+        if not r["per_seed"]:
+            continue
+        n = r.get("bootstrap_resamples")
+        lines.append(
+            f"| {m} | {len(r['per_seed'])} | {fmt(r['steps_to_gain'], '.1f')} | "
+            f"{with_ci(r['step_ratio_to_gain'], r['step_ratio_to_gain_ci95'], r.get('step_ratio_to_gain_never'), n, none='never')} | "
+            f"{fmt(r['time_to_gain_s'], '.0f')} | "
+            f"{with_ci(r['speedup_to_gain'], r['speedup_to_gain_ci95'], r.get('speedup_to_gain_never'), n, none='never')} | "
+            f"{fmt(r['mean_accuracy_steps'], '.3f')} | {with_ci(r['mean_accuracy_steps_diff'], r['mean_accuracy_steps_diff_ci95'], spec='+.3f')} | "
+            f"{fmt(r['mean_accuracy_time'], '.3f')} | {with_ci(r['mean_accuracy_time_diff'], r['mean_accuracy_time_diff_ci95'], spec='+.3f')} | "
+            f"{fmt(r['final_level'], '.3f')} | {with_ci(r['final_level_diff'], r['final_level_diff_ci95'], spec='+.3f')} |")
+    lines += [
+        "", f"The paper's statistic: first reaches {name}'s seed-mean peak (the maximum of a noisy curve, biased upward; "
+        "kept for comparison with the paper), with the step costs.\n",
+        f"| method | peak acc (mean ± sd) | final acc | time to {name} peak (s) | speed-up vs {name} [95% CI] | per-seed speed-ups "
         f"| seeds reaching their {name} peak | steps to {name} peak | step ratio vs {name} [95% CI] | rollouts/step | step s "
         "| gen s/step | score s/step | update s/step | update peak MB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in summary["methods"].items():
-        sp = r["spread"]
+        if not r["per_seed"]:
+            continue
+        sp, n = r["spread"], r.get("bootstrap_resamples")
         per_seed = ", ".join(fmt(p["speedup_vs_reference"], ".2f") for p in r["per_seed"])
         lines.append(
             f"| {m} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(sp['peak_accuracy_std'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
-            f"{fmt(r['time_to_reference_peak_s'], '.0f')} | {with_ci(r['speedup_vs_reference'], r.get('speedup_vs_reference_ci95'))} | "
+            f"{fmt(r['time_to_reference_peak_s'], '.0f')} | "
+            f"{with_ci(r['speedup_vs_reference'], r.get('speedup_vs_reference_ci95'), r.get('speedup_vs_reference_never'), n, none='never')} | "
             f"{per_seed} | {r['seeds_reaching_reference_peak']}/{len(r['per_seed'])} | "
-            f"{fmt(r.get('steps_to_reference_peak'), '.1f')} | {with_ci(r.get('step_ratio_vs_reference'), r.get('step_ratio_vs_reference_ci95'))} | "
+            f"{fmt(r.get('steps_to_reference_peak'), '.1f')} | "
+            f"{with_ci(r.get('step_ratio_vs_reference'), r.get('step_ratio_vs_reference_ci95'), r.get('step_ratio_vs_reference_never'), n, none='never')} | "
             f"{fmt(r.get('rollouts_per_step'), '.0f')} | "
             f"{fmt(r.get('step_s'), '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['scoring_s_per_step'], '.2f')} | "
             f"{fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"
@@ -633,34 +628,39 @@ def markdown_table(summary: dict) -> str:
     fewer = [f"{m} (seeds {', '.join(str(p['seed']) for p in r['per_seed'])}: {name}'s peak {fmt(r.get('reference_peak_accuracy_same_seeds'), '.3f')})"
              for m, r in summary["methods"].items() if 0 < len(r["per_seed"]) < ref_seeds]
     if fewer:
-        lines.append(f"\nRun on fewer seeds than {name}, so timed against {name}'s seed-mean curve over the same seeds: {'; '.join(fewer)}.")
+        lines.append(f"\nRun on fewer seeds than {name}, so measured against {name}'s runs of the same seeds: {'; '.join(fewer)}.")
     if summary.get("missing_runs"):
         lines.append(f"\nNot in the table (no run, or no evaluation yet): {', '.join(summary['missing_runs'])}.")
     return "\n".join(lines) + "\n"
 
 
 def plot(out: Path, summary: dict) -> None:
-    """Held-out accuracy against training seconds and against steps: the seed-mean curve (each
-    seed holding its last evaluation) with the min–max band over seeds."""
+    """Held-out accuracy against optimizer steps and against training seconds: each method's
+    seed-mean curve, aligned by step, with the min–max band over seeds; against time each step
+    sits at the seeds' mean training seconds there (each seed's own clock). Dashed: the
+    reference's target (q of its gain), dotted: its peak (the paper's)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     clock = summary.get("clock", "wall")
     seconds = "training CPU seconds" if clock == "cpu" else "training wall-clock seconds"
-    for axis, key, name in [(f"{seconds} (evaluation excluded)", "train_seconds", "accuracy_vs_time.png"),
-                            ("optimizer steps", "step", "accuracy_vs_steps.png")]:
+    curves = {}
+    for m, r in summary["methods"].items():
+        if r["per_seed"]:
+            curves[m] = stats.align([stats.curve(*read_evals(out / m / f"seed-{p['seed']}", clock)) for p in r["per_seed"]])
+    for axis, name in [(f"{seconds} (evaluation excluded)", "accuracy_vs_time.png"), ("optimizer steps", "accuracy_vs_steps.png")]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for m in summary["methods"]:
-            curves = [read_evals(out / m / f"seed-{p['seed']}", clock)[0] for p in summary["methods"][m]["per_seed"]]
-            if not curves:
-                continue
-            grid, values = held_curves(curves, key)
-            ys = np.array(values)
-            line, = ax.step(grid, ys.mean(0), where="post", label=f"{m} ({len(curves)} seeds)")
-            ax.fill_between(grid, ys.min(0), ys.max(0), step="post", alpha=0.15, color=line.get_color())
+        for m, runs in curves.items():
+            x = runs.steps if name == "accuracy_vs_steps.png" else runs.eval_seconds.mean(0)
+            line, = ax.plot(x, runs.accuracy.mean(0), marker=".", label=f"{m} ({len(runs.accuracy)} seeds)")
+            ax.fill_between(x, runs.accuracy.min(0), runs.accuracy.max(0), alpha=0.15, color=line.get_color())
+        ref = summary.get("reference", "grpo")
+        if summary.get("reference_target_accuracy") is not None:
+            ax.axhline(summary["reference_target_accuracy"], color="grey", ls="--", lw=0.8,
+                       label=f"{summary.get('q', stats.Q):.0%} of {ref}'s gain")
+            ax.axhline(summary["reference_peak_accuracy"], color="grey", ls=":", lw=0.8, label=f"{ref}'s peak (the paper's)")
         ax.set_xlabel(axis)
         ax.set_ylabel("held-out accuracy (pass@1)")
         ax.grid(alpha=0.3)
@@ -669,16 +669,6 @@ def plot(out: Path, summary: dict) -> None:
         fig.savefig(out / f".{name}.tmp", dpi=120, format="png")
         os.replace(out / f".{name}.tmp", out / name)
         plt.close(fig)
-
-
-def _mean(xs):
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    return statistics.fmean(xs) if xs else None
-
-
-def _std(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.pstdev(xs) if len(xs) > 1 else 0.0
 
 
 def _max(xs):
