@@ -47,12 +47,13 @@ from podsrl.config import Config, to_dict
 from podsrl.errors import PodsError
 
 MEASURED_STEP_FRACTION = {
-    "grpo": (0.45, "PODS (n = 32, m = 8) reached GRPO's (n = 8) seed-mean peak in 0.45x its optimizer steps "
-                   "[95% CI 0.38-1.13], 8 seeds"),
-    "grpo-ga": (1.05, "PODS (n = 32, m = 8) reached GRPO-GA's (n = 32) seed-mean peak in 1.05x its optimizer steps "
-                      "[95% CI 0.59-inf], 5 seeds"),
+    "grpo": (0.45, "[0.38-1.13]", "PODS (n = 32, m = 8) reached GRPO's (n = 8) seed-mean peak in 0.45x its optimizer "
+                                  "steps [95% CI 0.38-1.13], 8 seeds"),
+    "grpo-ga": (1.05, "[0.59-inf]", "PODS (n = 32, m = 8) reached GRPO-GA's (n = 32) seed-mean peak in 1.05x its "
+                                    "optimizer steps [95% CI 0.59-inf], 5 seeds"),
 }
-"""The fraction of the baseline's optimizer steps PODS needed, as measured, and what was measured."""
+"""The fraction of the baseline's optimizer steps PODS needed, as measured: the seed mean, its
+interval, and what was measured."""
 MEASURED_SOURCE = ("two-digit arithmetic, SmolLM2-135M-Instruct, docs/experiments/compare-2digit.md; "
                    "measured on one task and model, not a law")
 SIGNAL_DRAWS = 64
@@ -231,14 +232,14 @@ def verdicts(rows: list[dict]) -> list[str]:
         name = f"PODS (n = {row['n']}, m = {row['m']})"
         for base, key, label in (("grpo", "break_even_vs_grpo", f"GRPO (n = {grpo['n']})"),
                                  ("grpo-ga", "break_even_vs_grpo_ga", f"GRPO-GA (n = {row['n']})")):
-            measured, _ = MEASURED_STEP_FRACTION[base]
-            be = row[key]
+            measured, interval, _ = MEASURED_STEP_FRACTION[base]
+            be, short = row[key], label.split(" (")[0]
             if be < measured:
                 lines.append(f"{name} cannot pay against {label} here: it wins on time only if it needs fewer than "
-                             f"{be:.2f}x {label.split(' (')[0]}'s optimizer steps; it needed {measured:.2f}x on the task measured")
+                             f"{be:.2f}x {short}'s optimizer steps; it needed {measured:.2f}x {interval} on the task measured")
             else:
                 lines.append(f"{name} can pay against {label}: it wins on time if it needs fewer than {be:.2f}x "
-                             f"{label.split(' (')[0]}'s optimizer steps (it needed {measured:.2f}x on the task measured)")
+                             f"{short}'s optimizer steps (it needed {measured:.2f}x {interval} on the task measured)")
     return lines
 
 
@@ -339,8 +340,8 @@ def plan(c: Config, sizes: Sizes | None = None, signal: str = "measured", progre
         "settings": rows,
         "verdicts": verdicts(rows),
         "warnings": fit_warnings(m["model"]),
-        "measured_step_fraction": {k: {"fraction": f, "what": what, "source": MEASURED_SOURCE}
-                                   for k, (f, what) in MEASURED_STEP_FRACTION.items()},
+        "measured_step_fraction": {k: {"fraction": f, "interval": interval, "what": what, "source": MEASURED_SOURCE}
+                                   for k, (f, interval, what) in MEASURED_STEP_FRACTION.items()},
         "seconds": time.perf_counter() - started,
         "config": to_dict(c),
     }
