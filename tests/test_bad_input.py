@@ -898,3 +898,9 @@ def test_plan_refuses_in_one_line_before_loading_a_model(capsys, tmp_path, monke
     code, err = cli(capsys, "plan", *args)
     assert_one_error(code, err, message.replace("{tmp}", str(tmp_path)))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_under_a_launcher_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, err = cli(capsys, "plan")
+    assert_one_error(code, err, "plan measures in one process; run it without a launcher")
