@@ -233,7 +233,7 @@ def step_c(args, results: Path, suite: Path, state: State) -> list[Unit]:
              outputs=str(results / "peer_trl_gpu.{txt,json}")),
         Unit("c/plan", "c/plan", 400.0,  # podsrl plan's predicted steps against short runs of each method
              [bench("plan_validation.py") + ["configs/compare_gpu.yaml", "task.test_size=16", *args.run_overrides] + plan
-              + ["--clock", "wall", "--out", rel(results / "plan_gpu")]],
+              + ["--out", rel(results / "plan_gpu")]],
              needs, output=results / "plan_gpu.txt", finish=plan_note(results / "plan_gpu" / "validation.json"),
              outputs=str(results / "plan_gpu.txt") + ", " + str(results / "plan_gpu")),
     ]

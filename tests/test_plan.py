@@ -134,19 +134,24 @@ def test_plan_end_to_end_on_a_tiny_model(capsys, tmp_path, tiny_overrides):
     assert code == 0, io.err
     report = json.loads(out.read_text())
     assert report["sizes"] == {"generate": [2, 4], "calls": 2, "update": [2, 4], "candidates": [4, 6]}
+    measured = report["measured"]["generation"] + report["measured"]["updates"]
+    assert report["clock"] == "wall" and all(p["seconds"] == p["wall_s"] for p in measured)
     assert len(report["measured"]["generation"]) == 4 and [p["m"] for p in report["measured"]["updates"]] == [2, 4]
     check_report(report, io.out, prompts=2)
     assert not (tmp_path / "run").exists()  # plan writes no run folder
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
 
 
-def test_signal_all_trains_every_selected_rollout(capsys, tmp_path, tiny_overrides):
+def test_signal_all_trains_every_selected_rollout_and_cpu_clock_times_cpu_seconds(capsys, tmp_path, tiny_overrides):
     out = tmp_path / "plan.json"
-    code, io = run_plan(capsys, tiny_overrides + ["threads=1"], "--generate", "2,4", "--calls", "1", "--update", "2,4",
-                        "--candidates", "4", "--signal", "all", "--json", str(out))
+    code, io = run_plan(capsys, tiny_overrides + ["threads=1", "clock=cpu"], "--generate", "2,4", "--calls", "1",
+                        "--update", "2,4", "--candidates", "4", "--signal", "all", "--json", str(out))
     assert code == 0, io.err
     report = json.loads(out.read_text())
     assert [(r["method"], r["trained"]) for r in report["settings"]] == [("grpo", 4), ("pods", 4), ("grpo-ga", 8)]
+    measured = report["measured"]["generation"] + report["measured"]["updates"]
+    assert report["clock"] == "cpu" and all(p["seconds"] == p["cpu_s"] for p in measured)
+    assert report["fit"]["scoring_per_rollout_s"] == 0.0 and "clock=cpu: this process's CPU seconds" in io.out
     check_report(report, io.out, prompts=2)
 
 

@@ -12,6 +12,10 @@ update function:
 - the update's time and peak memory at several rollouts per prompt, every rollout trained,
   fitted as ``u0 + u1`` per trained rollout and ``k0 + k1`` per rollout of a micro-batch.
 
+Times are on the config's ``clock``: wall seconds, each phase as the trainer logs it; or
+(``clock=cpu``) this process's CPU seconds, as a run's ``train_cpu_seconds`` counts a step, which
+other jobs on a shared CPU bend far less (with ``threads=1``).
+
 A step of P prompts, n rollouts each, of which r reach the update's forward and backward, in
 micro-batches of w rollouts, is then predicted to take::
 
@@ -263,6 +267,7 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
     s = trainer.load(c, accelerator, task, trainer.make_scorer(c), run=None)
     P = c.prompts_per_step
     batch_size = getattr(s.engine, "batch_size", None)
+    by_cpu = c.clock == "cpu"  # this process's CPU seconds, as the trainer's train_cpu_seconds counts a step
     total = 1 + len(sizes.generate) * sizes.calls + 1 + len(sizes.update)
     bar = tqdm(total=total, desc="plan", unit="call", disable=not progress)
     call = 0
@@ -272,10 +277,11 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
         cn = replace(c, n=n, m=min(c.m, n))
         sampler = Sampler(cn, task, s.engine, s.scorer, s.tokenizer, s.system_prompt, accelerator, start_step=call)
         call += 1
+        cpu = time.process_time()
         with s.engine.phase():
             groups = sampler.step_groups(call)
         bar.update(1)
-        return groups
+        return groups, time.process_time() - cpu
 
     try:
         generate(min(sizes.generate))  # warm-up: first-call costs (allocations, kernels) are not a step's
@@ -285,10 +291,11 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
         for n in sizes.generate:
             for _ in range(sizes.calls):
                 bar.set_postfix(n=n)
-                g = generate(n)
+                g, cpu_s = generate(n)
                 rows = P * n
-                points.append({"n": n, "rows": rows, "calls": engine_calls(P, n, batch_size), "seconds": g.generation_s})
-                scoring_s, scored = scoring_s + g.scoring_s, scored + rows
+                points.append({"n": n, "rows": rows, "calls": engine_calls(P, n, batch_size),
+                               "seconds": cpu_s if by_cpu else g.generation_s, "wall_s": g.generation_s, "cpu_s": cpu_s})
+                scoring_s, scored = scoring_s + (0.0 if by_cpu else g.scoring_s), scored + rows
                 lengths += float(g.rollouts.completion_mask.sum())
                 rewards += float(g.rewards.sum())
                 if n == max(sizes.generate):
@@ -300,12 +307,12 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
             bar.set_postfix(update_m=m)
             cu = replace(c, mode="pods", n=N, m=m, skip_zero_advantage=False)
             chosen = trainer.down_sample(cu, source.rewards, step=i + 1, sizes=source.sizes)
-            t = time.perf_counter()  # as the trainer times it: the memory measurement's set-up included
+            t, cpu = time.perf_counter(), time.process_time()  # as the trainer times it: PeakMemory's set-up included
             with trainer.PeakMemory(accelerator.device) as mem:
                 trainer.update(s, cu, source.rollouts, chosen, step=i + 1)
-            seconds = time.perf_counter() - t
+            wall_s, cpu_s = time.perf_counter() - t, time.process_time() - cpu
             if i:
-                updates.append({"m": m, "rows": P * m, "seconds": seconds,
+                updates.append({"m": m, "rows": P * m, "seconds": cpu_s if by_cpu else wall_s, "wall_s": wall_s, "cpu_s": cpu_s,
                                 "peak_mb": mem.peak_mb if math.isfinite(mem.peak_mb) else None})
             bar.update(1)
     finally:
@@ -330,6 +337,7 @@ def plan(c: Config, sizes: Sizes | None = None, signal: str = "measured", progre
     rows = predict(c, m["model"], sizes, m["groups"], signal)
     return {
         "model": c.model.name_or_path, "task": c.task.name, "device": m["device"], "mixed_precision": m["mixed_precision"],
+        "clock": c.clock,
         "threads": m["threads"], "engine": c.rollout.engine, "prompts_per_step": c.prompts_per_step, "m": base_m(c),
         "max_new_tokens": c.rollout.max_new_tokens, "sizes": asdict(sizes), "signal": signal,
         "measured": {
@@ -382,7 +390,9 @@ def render(report: dict) -> str:
         f"generation: {f['per_call_s']:.3f} s per call + {1000 * f['per_rollout_s']:.2f} ms per rollout "
         f"(least squares over {len(g['generation'])} calls of {', '.join(map(str, gen_rows))} rollouts; completions "
         f"{g['mean_completion_length']:.1f} tokens on average, max_new_tokens {report['max_new_tokens']})",
-        f"scoring: {1000 * f['scoring_per_rollout_s']:.2f} ms per rollout",
+        f"scoring: {1000 * f['scoring_per_rollout_s']:.2f} ms per rollout" if report["clock"] == "wall" else
+        "clock=cpu: this process's CPU seconds, as a run's train_cpu_seconds counts them (scoring in this process "
+        "counted within generation; in reward workers, not at all)",
         f"update: {f['update_fixed_s']:.3f} s + {f['update_per_rollout_s']:.4f} s per trained rollout (at "
         f"{', '.join(map(str, upd_rows))} rollouts){memory}",
         f"trained/step: {signal}",
