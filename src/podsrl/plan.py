@@ -134,15 +134,15 @@ def engine_calls(prompts: int, n: int, batch_size: int | None) -> int:
 class CostModel:
     """The fitted costs of one step's phases (seconds, MB)."""
 
-    per_call_s: float
-    per_rollout_s: float
-    scoring_per_rollout_s: float
-    update_fixed_s: float
-    update_per_rollout_s: float
-    memory_fixed_mb: float | None
-    memory_per_rollout_mb: float | None
-    prompts: int
-    batch_size: int | None
+    per_call_s: float  # a: generation, per generate pass of the engine
+    per_rollout_s: float  # b: generation, per rollout
+    scoring_per_rollout_s: float  # s: scoring not hidden behind generation, per rollout
+    update_fixed_s: float  # u0: the update, whatever it trains (optimizer step, weight sync)
+    update_per_rollout_s: float  # u1: the update, per rollout through its forward and backward
+    memory_fixed_mb: float | None  # k0: the update's peak memory (None: not measurable here)
+    memory_per_rollout_mb: float | None  # k1: per rollout of its largest micro-batch
+    prompts: int  # P, prompts per step
+    batch_size: int | None  # the engine's rows per generate pass (None: all at once)
 
     def step(self, n: int, trained: float, micro_batch: int) -> dict:
         """One step's predicted times with ``n`` rollouts per prompt, ``trained`` rollouts through
