@@ -15,7 +15,9 @@ Steps, in priority order. Each is made of units; a unit is one command (its outp
   b  the test suite, one unit per test file: ``gpu_suite/tests.txt``;
   c  ``rollout_gpu.txt`` (the HF engine's decoders), ``rollout_crossover_gpu.txt``/``.json`` (loop
      against static at 128 to 1,024 rows per generate call), ``memory_gpu.txt`` (update memory at
-     n = 64, m = 16, fp32), ``peer_trl_gpu.txt``/``.json`` (against TRL's GRPOTrainer);
+     n = 64, m = 16, fp32), ``peer_trl_gpu.txt``/``.json`` (against TRL's GRPOTrainer),
+     ``plan_gpu.txt`` and ``plan_gpu/`` (``podsrl plan`` on ``configs/compare_gpu.yaml`` against
+     6-step runs of grpo, pods and grpo-ga: ``benchmarks/plan_validation.py``);
   d  QLoRA (4-bit base under LoRA) and FSDP (``accelerate launch``, one process), 5 steps each of
      the comparison's config: ``gpu_suite/qlora/``, ``gpu_suite/fsdp/``.
 
@@ -212,6 +214,8 @@ def step_c(args, results: Path, suite: Path, state: State) -> list[Unit]:
     else:
         rollout, crossover = ["--prompts", "16", "--n", "64", "--tokens", "16"], ["--crossover", "128,256,512,1024", "--n", "16", "--tokens", "16"]
         memory, peer = ["--n", "64", "--m", "16", "--prompts", "16"], ["--prompts", "16", "--n", "16", "--tokens", "16", "--steps", "6"]
+    plan = (["--train-steps", "2", "--plan-args", "--generate 2,4 --calls 1 --update 2,4 --candidates 4"] if args.dry_run
+            else ["--train-steps", "6"])
     model = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("model.name_or_path=")), None)
     return [
         Unit("c/rollout", "c/rollout", 150.0, [bench("rollout.py") + rollout + args.run_overrides], needs,
@@ -227,7 +231,24 @@ def step_c(args, results: Path, suite: Path, state: State) -> list[Unit]:
              [bench("peer_trl.py") + peer + ["--json", rel(results / "peer_trl_gpu.json.tmp")] + (["--model", model] if model else [])],
              needs + ("trl", "datasets"), output=results / "peer_trl_gpu.txt", finish=promote(results / "peer_trl_gpu.json"),
              outputs=str(results / "peer_trl_gpu.{txt,json}")),
+        Unit("c/plan", "c/plan", 400.0,  # podsrl plan's predicted steps against short runs of each method
+             [bench("plan_validation.py") + ["configs/compare_gpu.yaml", "task.test_size=16", *args.run_overrides] + plan
+              + ["--out", rel(results / "plan_gpu")]],
+             needs, output=results / "plan_gpu.txt", finish=plan_note(results / "plan_gpu" / "validation.json"),
+             outputs=str(results / "plan_gpu.txt") + ", " + str(results / "plan_gpu")),
     ]
+
+
+def plan_note(path: Path) -> Callable[[str], str]:
+    """After the plan's validation: its ratios, predicted over measured step time, as the unit's note."""
+    def finish(_log: str) -> str:
+        if not path.exists():
+            raise RuntimeError(f"{path} was not written")
+        methods = json.loads(path.read_text())["methods"]
+        ratios = ", ".join(f"{r['method']} {r['ratio']:.2f}" for r in methods)
+        given = ", ".join(f"{r['method']} {r['ratio_given_trained']:.2f}" for r in methods)
+        return f"plan / measured step: {ratios} (given the runs' trained rollouts: {given})"
+    return finish
 
 
 def promote(path: Path) -> Callable[[str], None]:

@@ -873,3 +873,38 @@ def parent_of(pid: int) -> int | None:
     except OSError:
         return None
     return None if fields[0] == "Z" else int(fields[1])
+
+
+# --------------------------------------------------------------------------- podsrl plan
+
+
+@pytest.mark.parametrize("args,message", [
+    (["adaptive_n=true"], "plan models one generate call of n rollouts per prompt a step; adaptive_n changes how many"),
+    (["dynamic_sampling=true"], "dynamic_sampling changes how many are generated, so leave it at its default for plan"),
+    (["prompt_filter=history"], "prompt_filter changes how many"),
+    (["--generate", "4"], "--generate needs two or more different sizes, each >= 2, got [4]"),
+    (["--generate", "1,4"], "--generate needs two or more different sizes, each >= 2, got [1, 4]"),
+    (["--generate", "4,x"], "argument --generate: expected whole numbers separated by commas, got '4,x'"),
+    (["--update", "2,32"], "--update needs two or more different sizes in 2..16 (the largest generated n), got [2, 32]"),
+    (["--candidates", "4,8"], "--candidates must be n values > m = 4 (PODS trains m of n), got [4, 8]"),
+    (["--calls", "0"], "--calls must be >= 1, got 0"),
+    (["--signal", "some"], "argument --signal: invalid choice: 'some'"),
+    (["m=1"], "mode=pods needs m >= 2, got m=1"),
+    (["rule=random", "mode=grpo"], "rule=random applies only with mode=pods"),
+    (["--json", "{tmp}/missing/plan.json"], "--json {tmp}/missing/plan.json: the folder {tmp}/missing does not exist"),
+])
+def test_plan_refuses_in_one_line_before_loading_a_model(capsys, tmp_path, monkeypatch, args, message):
+    def no_model(*_a, **_k):
+        raise AssertionError("plan loaded a model for bad input")
+
+    monkeypatch.setattr(models, "load_model", no_model)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    code, err = cli(capsys, "plan", *args)
+    assert_one_error(code, err, message.replace("{tmp}", str(tmp_path)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_under_a_launcher_is_refused(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, err = cli(capsys, "plan")
+    assert_one_error(code, err, "plan measures in one process; run it without a launcher")

@@ -52,7 +52,7 @@ def test_gpu_suite_dry_run_runs_every_step_and_resumes(tiny_model_dir, tmp_path,
     assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-3000:]
     state = units(results)
     done = {"a/grpo/seed-0", "a/pods/seed-0", "a/into-place", "a/grpo-ga/seed-0", "b/tests/test_advantages.py",
-            "c/rollout", "c/crossover", "c/memory", "c/peer"}
+            "c/rollout", "c/crossover", "c/memory", "c/peer", "c/plan"}
     if torch.cuda.is_available():  # step d runs too (QLoRA where bitsandbytes is installed)
         done |= {"d/fsdp"} | ({"d/qlora"} if importlib.util.find_spec("bitsandbytes") else set())
     else:
@@ -89,6 +89,10 @@ def test_gpu_suite_dry_run_runs_every_step_and_resumes(tiny_model_dir, tmp_path,
     crossover = json.loads((results / "rollout_crossover_gpu.json").read_text())
     assert set(crossover["rates_tokens_per_s"]) == {"4", "8"} and crossover["auto_static_max_rows"] == 512
     assert set(json.loads((results / "peer_trl_gpu.json").read_text())) == {"TRL, its defaults", "podsrl, its defaults"}
+    validation = json.loads((results / "plan_gpu" / "validation.json").read_text())
+    assert [r["method"] for r in validation["methods"]] == ["grpo", "pods", "grpo-ga"]
+    assert state["c/plan"]["note"].startswith("plan / measured step: grpo ")
+    assert "| grpo-ga (n = 4, m = 2) |" in (results / "plan_gpu.txt").read_text()
     assert not list(results.rglob("*.tmp"))
     env = (results / "gpu_suite" / "environment.txt").read_text()
     assert "device: " in env and "torch: " in env and "transformers: " in env
@@ -143,6 +147,29 @@ def test_a_command_past_its_time_is_stopped(tmp_path):
     assert "started" in (tmp_path / "log").read_text()
     with open(tmp_path / "log", "w") as log:
         assert suite.run_command([sys.executable, "-c", "print('out')"], log, None, timeout=30) == (0, False)
+
+
+def test_plan_unit_runs_the_validation_on_the_gpu_config_and_notes_its_ratios(tmp_path):
+    """Step c's plan unit: plan_validation.py on configs/compare_gpu.yaml against runs it trains,
+    on the wall clock (the config's); its note gives the ratios of the validation.json it wrote."""
+    import argparse
+
+    suite = suite_module()
+    results = tmp_path / "results"
+    args = argparse.Namespace(dry_run=False, overrides=[], run_overrides=["model.name_or_path=x"])
+    unit = next(u for u in suite.step_c(args, results, results / "gpu_suite", None) if u.key == "c/plan")
+    command = unit.commands[0]
+    assert command[1].endswith("benchmarks/plan_validation.py") and command[2] == "configs/compare_gpu.yaml"
+    assert "model.name_or_path=x" in command and command[command.index("--train-steps") + 1] == "6"
+    assert not any(o.startswith("clock=") for o in command) and unit.output == results / "plan_gpu.txt"  # wall
+    with pytest.raises(RuntimeError, match="was not written"):
+        unit.finish("")
+    (results / "plan_gpu").mkdir(parents=True)
+    rows = [{"method": m, "ratio": r, "ratio_given_trained": g} for m, r, g in
+            (("grpo", 1.031, 0.99), ("pods", 0.9, 1.0), ("grpo-ga", 1.2, 1.104))]
+    (results / "plan_gpu" / "validation.json").write_text(json.dumps({"methods": rows}))
+    assert unit.finish("") == ("plan / measured step: grpo 1.03, pods 0.90, grpo-ga 1.20 "
+                               "(given the runs' trained rollouts: grpo 0.99, pods 1.00, grpo-ga 1.10)")
 
 
 def test_crossover_is_the_last_size_up_to_which_static_keeps_up():

@@ -1,4 +1,4 @@
-"""``podsrl train | eval`` (and ``compare``, ``plot``, ``tasks``): YAML config plus ``key=value`` overrides.
+"""``podsrl train | eval`` (and ``compare``, ``plot``, ``plan``, ``tasks``): YAML config plus ``key=value`` overrides.
 
 Bad input (an unknown key, m > n, a missing file, a model that cannot load, NaN rewards, an
 output_dir in use by another run) ends with one line on stderr and exit code 2; Ctrl-C with one
@@ -87,6 +87,37 @@ def cmd_eval(args) -> int:
     report = {"model": c.model.name_or_path, "task": c.task.name, "problems": len(task.test), "accuracy": result.accuracy}
     print(json.dumps(report | ({"completions": result.samples} if c.log_completions else {})))
     return 0
+
+
+def cmd_plan(args) -> int:
+    from pathlib import Path
+
+    from podsrl.config import load_config
+    from podsrl.plan import Sizes, default_sizes, plan, render, write_json
+
+    c = load_config(*_split(args))
+    json_path = Path(args.json) if args.json else None
+    if json_path is not None and not json_path.parent.is_dir():
+        raise PodsError(f"--json {args.json}: the folder {json_path.parent} does not exist")
+    given = default_sizes(c)
+    sizes = Sizes(generate=args.generate or given.generate, calls=given.calls if args.calls is None else args.calls,
+                  update=args.update or given.update, candidates=args.candidates or given.candidates)
+    report = plan(c, sizes, signal=args.signal)
+    print(render(report), end="")
+    if json_path is not None:
+        write_json(report, json_path)
+    return 0
+
+
+def _sizes(text: str) -> list[int]:
+    """A comma-separated list of whole numbers, for argparse."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}")
+    return sorted(set(values))
 
 
 def cmd_tasks(args) -> int:
@@ -233,6 +264,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-config-change", action="store_true",
                    help="reuse or resume runs whose result-changing settings differ from their config.yaml")
     p.set_defaults(fn=cmd_compare)
+    p = sub.add_parser("plan", help="measure each method's step cost here and say where PODS can pay",
+                       description="Measure generation, scoring and the update on this model and machine (the "
+                       "config's model, device, precision, engine, task and lengths), then predict the step time, "
+                       "its split and the update's peak memory of GRPO (n = m), PODS (n, m) and GRPO-GA (n), and "
+                       "PODS's break-even: the fraction of the baseline's optimizer steps it must need to win on time.")
+    _config_args(p)
+    p.add_argument("--json", help="also write the report as JSON to this file")
+    p.add_argument("--generate", type=_sizes, help="n of the measured generate calls, e.g. 4,8,16 (default m,2m,4m)")
+    p.add_argument("--calls", type=int, help="measured calls at each n (default 2)")
+    p.add_argument("--update", type=_sizes, help="rollouts per prompt of the measured updates (default 2,m,2m)")
+    p.add_argument("--candidates", type=_sizes, help="n of the table's PODS and GRPO-GA rows (default 2m,4m,8m and n)")
+    p.add_argument("--signal", choices=["measured", "all"], default="measured",
+                   help="rollouts the update trains: those with a non-zero advantage in the measured groups "
+                   "(default), or every selected one")
+    p.set_defaults(fn=cmd_plan)
     p = sub.add_parser("plot", help="rebuild a compare folder's summary, table and plots")
     p.add_argument("out")
     p.set_defaults(fn=cmd_plot)

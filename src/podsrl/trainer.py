@@ -77,7 +77,7 @@ class Setup:
     task: Task
     system_prompt: str | None
     scorer: Scorer
-    run: rundir.RunFolder
+    run: rundir.RunFolder | None
     sampler: Sampler | None = None
     ref_model: torch.nn.Module | None = None
     head: torch.nn.Linear | None = None  # the output layer, where log-probs take the lean path
@@ -119,16 +119,7 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     if c.threads:
         torch.set_num_threads(c.threads)
     if accelerator is None:
-        if c.mixed_precision == "fp16" and not torch.cuda.is_available():
-            raise PodsError("mixed_precision=fp16 needs a CUDA GPU; use bf16 or no on this machine")
-        cuda = torch.cuda.is_available() and not sharding.cpu_processes()
-        precision = mixed_precision(c.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
-                                    "cuda" if cuda else "cpu", cuda and torch.cuda.is_bf16_supported(), c.model.dtype)
-        if c.mixed_precision is None and accelerate_state_exists():
-            precision = None  # accelerate keeps one precision per process: the one already set
-        # processes without a GPU each run on the CPU over gloo, sharded if the launcher asks
-        accelerator = sharding.make_accelerator(log_with=c.report_to or None, project_dir=output_dir,
-                                                mixed_precision=precision)
+        accelerator = make_accelerator(c, output_dir)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
@@ -149,13 +140,33 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
             if c.steps < done:
                 raise PodsError(f"resume=true with steps={c.steps}, but {output_dir} has trained {done} steps: steps "
                                 f"counts from the run's start; give steps > {done} to train more")
-        return _load(c, accelerator, task, Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s,
-                                                  c.reward_memory_mb, c.reward_wall_timeout_s), run)
+        return load(c, accelerator, task, make_scorer(c, reward_fns), run)
 
 
-def _load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: rundir.RunFolder) -> Setup:
-    """The model (with LoRA, from a checkpoint when resuming), its optimizer and rollout engine."""
-    resume_from = run.resume_from
+def make_accelerator(c: Config, output_dir: Path | None) -> Accelerator:
+    """The run's accelerator, at the precision :func:`mixed_precision` picks."""
+    if c.mixed_precision == "fp16" and not torch.cuda.is_available():
+        raise PodsError("mixed_precision=fp16 needs a CUDA GPU; use bf16 or no on this machine")
+    cuda = torch.cuda.is_available() and not sharding.cpu_processes()
+    precision = mixed_precision(c.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
+                                "cuda" if cuda else "cpu", cuda and torch.cuda.is_bf16_supported(), c.model.dtype)
+    if c.mixed_precision is None and accelerate_state_exists():
+        precision = None  # accelerate keeps one precision per process: the one already set
+    # processes without a GPU each run on the CPU over gloo, sharded if the launcher asks
+    return sharding.make_accelerator(log_with=c.report_to or None, project_dir=output_dir, mixed_precision=precision)
+
+
+def make_scorer(c: Config, reward_fns: dict | None = None) -> Scorer:
+    """The scorer of the configured rewards (``reward_fns``: already loaded by name)."""
+    reward_fns = reward_fns or {name: load_reward(name) for name in c.rewards}
+    return Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s, c.reward_memory_mb,
+                  c.reward_wall_timeout_s)
+
+
+def load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: rundir.RunFolder | None) -> Setup:
+    """The model (with LoRA, from a checkpoint when resuming), its optimizer and rollout engine
+    (``run`` None: no run folder, as ``podsrl plan`` measures without one)."""
+    resume_from = run.resume_from if run is not None else None
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
     ref_model = None

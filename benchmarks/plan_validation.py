@@ -1,0 +1,193 @@
+"""``podsrl plan``'s predicted step times against step times measured in training runs.
+
+    python benchmarks/plan_validation.py        # on the CPU: the two-digit comparisons' settings against their committed runs
+    python benchmarks/plan_validation.py configs/compare_gpu.yaml --train-steps 6 --out DIR   # short runs trained here
+
+It runs ``podsrl plan`` at a configuration (default: the two-digit comparisons', ``threads=1`` as
+their runs were) and compares the predicted step of GRPO (n = m), PODS (n, m) and GRPO-GA (n) with
+the mean step of the runs of each method: the committed runs of
+``benchmarks/results/evidence_{a,b}_arithmetic_2digit`` (default), or runs of ``--train-steps``
+steps trained here. A run's step time is the difference of its cumulative training clock between
+consecutive logged steps, on the plan's clock (the config's ``clock``: ``train_seconds``, or
+``train_cpu_seconds`` with ``clock=cpu``, as the comparisons were timed), after its first step
+(which pays first-call costs a run amortises). Two predictions are compared:
+
+- the plan's own, whose update counts the rollouts it expects to train (non-zero advantage,
+  drawn from the groups it generated at the start of training);
+- the plan's cost model given the rollouts each run actually trained (its mean
+  ``trained_sequences - skipped_zero_advantage``), which checks the cost model apart from how the
+  rewards of a run change as the policy learns.
+
+Outputs in ``--out`` (default ``benchmarks/results/plan_validation``): ``plan.json`` (the plan's
+report), ``plan.txt`` (its table), ``validation.json`` and ``validation.txt`` (the ratios).
+Target: every ratio predicted / measured within 1 +- 0.15.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+EVIDENCE_A, EVIDENCE_B = RESULTS / "evidence_a_arithmetic_2digit", RESULTS / "evidence_b_arithmetic_2digit"
+DEFAULT_CONFIG = EVIDENCE_A / "task.yaml"
+DEFAULT_OVERRIDES = ["lr=1e-5", "threads=1", "task.test_size=500", "prompts_per_step=4", "mode=pods", "n=32", "m=8",
+                     "clock=cpu"]
+"""The two comparisons' shared settings (their compare.yaml, and its --clock cpu), each method then
+changing mode and n."""
+COMMITTED = {"grpo": str(EVIDENCE_A / "grpo" / "seed-*"), "pods": str(EVIDENCE_A / "pods" / "seed-*"),
+             "grpo-ga": str(EVIDENCE_B / "grpo-ga" / "seed-*")}
+TOLERANCE = 0.15
+
+
+def run_steps(folder: Path) -> list[dict]:
+    """A run's logged training steps (evaluation-only lines left out)."""
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in rows if "update_s" in r]
+
+
+def measured(folders: list[Path]) -> dict:
+    """Mean step seconds (wall and CPU) after each run's first step, its split, the rollouts the
+    update trained and its peak memory, over every step of the runs."""
+    wall, cpu, parts, trained, peak = [], [], {"generation_s": [], "scoring_s": [], "update_s": []}, [], []
+    for folder in folders:
+        steps = run_steps(folder)
+        for before, step in zip(steps, steps[1:]):
+            wall.append(step["train_seconds"] - before["train_seconds"])
+            cpu.append(step["train_cpu_seconds"] - before["train_cpu_seconds"])
+            for key in parts:
+                parts[key].append(step[key])
+            trained.append(step["trained_sequences"] - step["skipped_zero_advantage"])
+            peak.append(step.get("update_peak_memory_mb") or float("nan"))
+    if not wall:
+        raise SystemExit(f"plan_validation: no run with two or more steps in {', '.join(map(str, folders))}")
+    mean = lambda xs: sum(xs) / len(xs)
+    return {"runs": len(folders), "steps": len(wall), "wall_s": mean(wall), "cpu_s": mean(cpu),
+            **{k: mean(v) for k, v in parts.items()}, "trained": mean(trained), "update_peak_mb": mean(peak)}
+
+
+def method_overrides(mode: str, n: int, m: int) -> list[str]:
+    return {"grpo": ["mode=grpo", f"n={m}", f"m={m}"], "pods": ["mode=pods", f"n={n}", f"m={m}"],
+            "grpo-ga": ["mode=grpo-ga", f"n={n}", f"m={m}"]}[mode]
+
+
+def merged(*groups: list[str]) -> list[str]:
+    """``key=value`` overrides with each key once, the last one given kept (podsrl refuses a key twice)."""
+    last = {}
+    for override in (o for group in groups for o in group):
+        last.pop(override.partition("=")[0], None)
+        last[override.partition("=")[0]] = override
+    return list(last.values())
+
+
+def podsrl(*args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(REPO / "src"), os.environ.get("PYTHONPATH", "")] if p)}
+    done = subprocess.run([sys.executable, "-m", "podsrl", *args], cwd=REPO, env=env)
+    if done.returncode:
+        raise SystemExit(f"plan_validation: podsrl {args[0]} failed (exit {done.returncode})")
+
+
+def compare(report: dict, runs: dict, clock: str) -> list[dict]:
+    """For each method: the plan's row, the runs' means and the ratios predicted / measured."""
+    sys.path.insert(0, str(REPO / "src"))
+    from podsrl.plan import CostModel
+
+    model = CostModel(**report["fit"])
+    n, m = report["config"]["n"], report["m"]
+    rows = []
+    for mode, run in runs.items():
+        want_n = m if mode == "grpo" else n
+        row = next(r for r in report["settings"] if r["method"] == mode and r["n"] == want_n)
+        given = model.step(want_n, run["trained"], 0)["step_s"]
+        key = "cpu_s" if clock == "cpu" else "wall_s"
+        rows.append({"method": mode, "n": want_n, "m": m if mode != "grpo" else want_n, "predicted": row, "measured": run,
+                     "predicted_given_trained_s": given, "ratio": row["step_s"] / run[key],
+                     "ratio_given_trained": given / run[key], "clock": clock})
+    return rows
+
+
+def render(rows: list[dict], report: dict, source: str) -> str:
+    lines = [f"# plan against measured steps ({source}; {report['device']}, {report['threads']} threads; "
+             f"measured on the {rows[0]['clock']} clock)", "",
+             "| method | predicted step s | measured step s | ratio | predicted given the run's trained rollouts | ratio "
+             "| predicted gen / score / update s | measured gen / score / update s (wall, as logged) | trained/step predicted / run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p, q = r["predicted"], r["measured"]
+        key = "cpu_s" if r["clock"] == "cpu" else "wall_s"
+        name = f"{r['method']} (n = {r['n']}" + (f", m = {r['m']})" if r["method"] != "grpo" else ")")
+        lines.append(f"| {name} | {p['step_s']:.2f} | {q[key]:.2f} | {r['ratio']:.2f} | {r['predicted_given_trained_s']:.2f} "
+                     f"| {r['ratio_given_trained']:.2f} | {p['generation_s']:.2f} / {p['scoring_s']:.3f} / {p['update_s']:.2f} "
+                     f"| {q['generation_s']:.2f} / {q['scoring_s']:.3f} / {q['update_s']:.2f} "
+                     f"| {p['trained']:.1f} / {q['trained']:.1f} |")
+    within = lambda key: all(abs(r[key] - 1) <= TOLERANCE for r in rows)
+    lines += ["", f"plan's own prediction within {TOLERANCE:.0%} for every method: {'yes' if within('ratio') else 'no'}; "
+              f"given the runs' trained rollouts: {'yes' if within('ratio_given_trained') else 'no'}",
+              f"plan took {report['seconds']:.0f} s"]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config", nargs="?", default=str(DEFAULT_CONFIG), help="config file (default: the comparisons' task.yaml)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides (default: the comparisons' shared settings); "
+                        "mode, n and m give the settings compared")
+    parser.add_argument("--train-steps", type=int, help="train each method this many steps here and compare with those "
+                        "runs (default: the committed two-digit runs)")
+    parser.add_argument("--plan-args", default="--calls 3", help="arguments of podsrl plan (default: --calls 3)")
+    parser.add_argument("--out", default=str(RESULTS / "plan_validation"))
+    args = parser.parse_args(argv)
+    if args.config != str(DEFAULT_CONFIG) and "=" in args.config and not Path(args.config).exists():
+        args.config, args.overrides = str(DEFAULT_CONFIG), [args.config, *args.overrides]
+    overrides = merged(args.overrides or DEFAULT_OVERRIDES)
+    if ("mode=grpo" in overrides or "mode: grpo\n" in Path(args.config).read_text()) and "mode=pods" not in overrides:
+        raise SystemExit("plan_validation: give the PODS settings (mode=pods n=N m=M); GRPO is compared at n = m")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    podsrl("plan", args.config, *overrides, *args.plan_args.split(), "--json", str(out / ".plan.json"))
+    report = json.loads((out / ".plan.json").read_text())
+    n, m = report["config"]["n"], report["m"]
+    if args.train_steps:
+        if args.train_steps < 2:
+            raise SystemExit("plan_validation: --train-steps must be >= 2 (the first step is left out)")
+        folders = {}
+        for mode in ("grpo", "pods", "grpo-ga"):
+            run = out / "runs" / mode
+            shutil.rmtree(run, ignore_errors=True)
+            podsrl("train", args.config, *merged(overrides, method_overrides(mode, n, m), [
+                f"steps={args.train_steps}", "eval_every=0", "save_every=0", "resume=false", f"output_dir={run}"]))
+            folders[mode] = [run]
+        source = f"{args.train_steps}-step runs trained here"
+    else:
+        folders = {mode: [Path(p) for p in sorted(glob.glob(pattern))] for mode, pattern in COMMITTED.items()}
+        source = "the committed two-digit runs, " + ", ".join(f"{mode}: {len(f)} seeds" for mode, f in folders.items())
+    runs = {mode: measured(f) for mode, f in folders.items()}
+    rows = compare(report, runs, report["clock"])
+    text = render(rows, report, source)
+    os.replace(out / ".plan.json", out / "plan.json")
+    from podsrl.plan import render as render_plan
+
+    write_atomic(out / "plan.txt", render_plan(report))
+    write_atomic(out / "validation.json", json.dumps({"source": source, "tolerance": TOLERANCE, "methods": rows},
+                                                     indent=2) + "\n")
+    write_atomic(out / "validation.txt", text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""``podsrl plan``: what one step of each method costs on this model and machine, and where PODS
+can pay.
+
+It loads the run's model, engine, task and rewards as ``podsrl train`` does (the trainer's own
+set-up functions), then measures, with the trainer's sampler (generation and scoring) and its
+update function:
+
+- generation over a few calls at several rollouts per prompt, fitted by least squares as
+  ``a`` seconds per call of the engine plus ``b`` per rollout, on the task's own prompts, so at
+  the completion lengths the task produces;
+- the scoring time per rollout (the part not hidden behind generation, as the trainer logs it);
+- the update's time and peak memory at several rollouts per prompt, every rollout trained,
+  fitted as ``u0 + u1`` per trained rollout and ``k0 + k1`` per rollout of a micro-batch.
+
+Times are on the config's ``clock``: wall seconds, each phase as the trainer logs it; or
+(``clock=cpu``) this process's CPU seconds, as a run's ``train_cpu_seconds`` counts a step, which
+other jobs on a shared CPU bend far less (with ``threads=1``).
+
+A step of P prompts, n rollouts each, of which r reach the update's forward and backward, in
+micro-batches of w rollouts, is then predicted to take::
+
+    generation = a * calls(P, n) + b * P * n      calls: the engine's generate passes (HF: P / (batch_size // n))
+    scoring    = s * P * n
+    update     = u0 + u1 * r                      memory: k0 + k1 * w
+
+With ``skip_zero_advantage`` (and no KL term) the update skips rollouts whose advantage is 0, so r
+depends on the rewards: it is estimated by drawing groups of n from the measured groups' rewards
+(with replacement) and selecting m of them with the trainer's ``down_sample``. That is the share
+at the start of training; as the policy learns it changes (``--signal all`` counts every selected
+rollout, the most an update costs).
+
+The break-even of PODS (n, m) against GRPO (n = m) is ``T_GRPO / T_PODS``: PODS wins on time when
+it needs fewer than that fraction of GRPO's optimizer steps to reach the same accuracy. Against
+GRPO-GA at the same n it is ``T_GRPO-GA / T_PODS``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from podsrl.config import Config, to_dict
+from podsrl.errors import PodsError
+
+MEASURED_STEP_FRACTION = {
+    "grpo": (0.45, "[0.38-1.13]", "PODS (n = 32, m = 8) reached GRPO's (n = 8) seed-mean peak in 0.45x its optimizer "
+                                  "steps [95% CI 0.38-1.13], 8 seeds"),
+    "grpo-ga": (1.05, "[0.59-inf]", "PODS (n = 32, m = 8) reached GRPO-GA's (n = 32) seed-mean peak in 1.05x its "
+                                    "optimizer steps [95% CI 0.59-inf], 5 seeds"),
+}
+"""The fraction of the baseline's optimizer steps PODS needed, as measured: the seed mean, its
+interval, and what was measured."""
+MEASURED_SOURCE = ("two-digit arithmetic, SmolLM2-135M-Instruct, docs/experiments/compare-2digit.md; "
+                   "measured on one task and model, not a law")
+SIGNAL_DRAWS = 64
+"""Groups drawn from each measured group to estimate how many rollouts an update trains."""
+
+
+@dataclass
+class Sizes:
+    """What ``plan`` measures and which settings its table predicts (rollouts per prompt)."""
+
+    generate: list[int]
+    """n of the measured generate calls (each of ``prompts_per_step`` prompts)."""
+    calls: int
+    """Measured calls at each n (after one warm-up call that is not counted)."""
+    update: list[int]
+    """Rollouts per prompt of the measured updates (after one warm-up update)."""
+    candidates: list[int]
+    """n of the table's PODS and GRPO-GA rows (each > m)."""
+
+
+def default_sizes(c: Config) -> Sizes:
+    """Sizes that span the configured step and the table, within about two minutes on the
+    embedded default on a 2-core CPU."""
+    m = base_m(c)
+    candidates = sorted({2 * m, 4 * m, 8 * m} | ({c.n} if c.n > m else set()))
+    return Sizes(generate=sorted({m, 2 * m, 4 * m}), calls=2, update=sorted({2, m, 2 * m}), candidates=candidates)
+
+
+def base_m(c: Config) -> int:
+    """The rollouts per prompt that every method of the table trains: m (n under ``mode=grpo``)."""
+    return c.n if c.mode == "grpo" else c.m
+
+
+def check_plan(c: Config, sizes: Sizes) -> None:
+    """Refuse what ``plan`` cannot model or measure (``PodsError``, before any model loads)."""
+    for key, on in (("adaptive_n", c.adaptive_n), ("dynamic_sampling", c.dynamic_sampling),
+                    ("prompt_filter", c.prompt_filter != "none")):
+        if on:
+            raise PodsError(f"plan models one generate call of n rollouts per prompt a step; {key} changes how many "
+                            "are generated, so leave it at its default for plan")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise PodsError("plan measures in one process; run it without a launcher")
+    m = base_m(c)
+    if sizes.calls < 1:
+        raise PodsError(f"--calls must be >= 1, got {sizes.calls}")
+    if len(set(sizes.generate)) < 2 or min(sizes.generate) < 2:
+        raise PodsError(f"--generate needs two or more different sizes, each >= 2, got {sizes.generate}: "
+                        "the fit has a per-call and a per-rollout cost")
+    if len(set(sizes.update)) < 2 or min(sizes.update) < 2 or max(sizes.update) > max(sizes.generate):
+        raise PodsError(f"--update needs two or more different sizes in 2..{max(sizes.generate)} (the largest "
+                        f"generated n), got {sizes.update}")
+    if not sizes.candidates or min(sizes.candidates) <= m:
+        raise PodsError(f"--candidates must be n values > m = {m} (PODS trains m of n), got {sizes.candidates}")
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def least_squares(features: list[list[float]], y: list[float]) -> list[float]:
+    """The coefficients c minimising ``sum_i (features[i] . c - y[i])^2``."""
+    coef, *_ = np.linalg.lstsq(np.asarray(features, dtype=float), np.asarray(y, dtype=float), rcond=None)
+    return [float(v) for v in coef]
+
+
+def engine_calls(prompts: int, n: int, batch_size: int | None) -> int:
+    """Generate passes of one step: the HF engine takes ``batch_size // n`` prompts (at least one)
+    a pass; an engine without a batch size takes them all at once."""
+    if not batch_size:
+        return 1
+    return math.ceil(prompts / max(1, batch_size // n))
+
+
+@dataclass
+class CostModel:
+    """The fitted costs of one step's phases (seconds, MB)."""
+
+    per_call_s: float  # a: generation, per generate pass of the engine
+    per_rollout_s: float  # b: generation, per rollout
+    scoring_per_rollout_s: float  # s: scoring not hidden behind generation, per rollout
+    update_fixed_s: float  # u0: the update, whatever it trains (optimizer step, weight sync)
+    update_per_rollout_s: float  # u1: the update, per rollout through its forward and backward
+    memory_fixed_mb: float | None  # k0: the update's peak memory (None: not measurable here)
+    memory_per_rollout_mb: float | None  # k1: per rollout of its largest micro-batch
+    prompts: int  # P, prompts per step
+    batch_size: int | None  # the engine's rows per generate pass (None: all at once)
+
+    def step(self, n: int, trained: float, micro_batch: int) -> dict:
+        """One step's predicted times with ``n`` rollouts per prompt, ``trained`` rollouts through
+        the update's forward and backward, ``micro_batch`` rollouts per micro-batch."""
+        rows = self.prompts * n
+        generation = self.per_call_s * engine_calls(self.prompts, n, self.batch_size) + self.per_rollout_s * rows
+        scoring = self.scoring_per_rollout_s * rows
+        update = self.update_fixed_s + self.update_per_rollout_s * trained
+        memory = None if self.memory_fixed_mb is None else self.memory_fixed_mb + self.memory_per_rollout_mb * micro_batch
+        return {"step_s": generation + scoring + update, "generation_s": generation, "scoring_s": scoring,
+                "update_s": update, "update_peak_mb": memory}
+
+
+def fit(generation: list[dict], updates: list[dict], scoring_s: float, scored: int, prompts: int,
+        batch_size: int | None) -> CostModel:
+    """The cost model from the measured points: generation ``{"calls", "rows", "seconds"}`` per
+    call, updates ``{"rows", "seconds", "peak_mb"}``."""
+    a, b = least_squares([[p["calls"], p["rows"]] for p in generation], [p["seconds"] for p in generation])
+    u0, u1 = least_squares([[1.0, p["rows"]] for p in updates], [p["seconds"] for p in updates])
+    memory = [p for p in updates if p["peak_mb"] is not None and math.isfinite(p["peak_mb"])]
+    k0, k1 = least_squares([[1.0, p["rows"]] for p in memory], [p["peak_mb"] for p in memory]) if len(memory) >= 2 else (None, None)
+    return CostModel(a, b, scoring_s / max(scored, 1), u0, u1, k0, k1, prompts, batch_size)
+
+
+def method_config(c: Config, mode: str, n: int) -> Config:
+    """The run's config as ``mode`` with ``n`` rollouts per prompt (m: the table's)."""
+    m = base_m(c)
+    return replace(c, mode=mode, n=m if mode == "grpo" else n, m=m)
+
+
+def trained_rollouts(c: Config, groups: torch.Tensor, generator: torch.Generator) -> float:
+    """Rollouts the update of one step under ``c`` trains on average, with groups of ``c.n``
+    rewards drawn with replacement from the measured ``groups`` ``[G, N]``: the selected ones
+    whose advantage is not 0 where ``skip_zero_advantage`` applies (at least one a step, as the
+    trainer keeps), else every selected one."""
+    from podsrl.config import trained_per_prompt
+    from podsrl.trainer import down_sample
+
+    P = c.prompts_per_step
+    if not (c.skip_zero_advantage and c.beta == 0):
+        return float(P * trained_per_prompt(c))
+    G, N = groups.shape
+    draws = max(SIGNAL_DRAWS, P)
+    pick = torch.randint(N, (G * draws, c.n), generator=generator)  # [G * draws, n]
+    rewards = groups.repeat_interleave(draws, 0).gather(1, pick)
+    chosen = down_sample(c, rewards, step=0)
+    per_group = (chosen.advantages != 0).sum(1).double()  # [G * draws]
+    per_group = per_group[torch.randperm(len(per_group), generator=generator)]
+    steps = per_group[: len(per_group) // P * P].view(-1, P).sum(1).clamp(min=1)  # [steps]
+    return float(steps.mean())
+
+
+def predict(c: Config, model: CostModel, sizes: Sizes, groups: torch.Tensor | None, signal: str = "measured") -> list[dict]:
+    """The table's rows: GRPO (n = m), then PODS (n, m) and GRPO-GA (n) for each candidate n, each
+    with its predicted step and break-even (PODS rows)."""
+    from podsrl.config import trained_per_prompt
+    from podsrl.trainer import micro_batch_size
+
+    generator = torch.Generator().manual_seed(c.seed)
+    rows = []
+    for mode, n in [("grpo", base_m(c))] + [(mode, n) for n in sizes.candidates for mode in ("pods", "grpo-ga")]:
+        cm = method_config(c, mode, n)
+        all_rows = float(c.prompts_per_step * trained_per_prompt(cm))
+        trained = all_rows if signal == "all" or groups is None else trained_rollouts(cm, groups, generator)
+        rows.append({"method": mode, "n": cm.n, "m": cm.m, "rollouts": c.prompts_per_step * cm.n, "trained": trained,
+                     **model.step(cm.n, trained, micro_batch_size(cm, c.prompts_per_step))})
+    grpo = rows[0]
+    for row in rows:
+        if row["method"] == "pods":
+            ga = next(r for r in rows if r["method"] == "grpo-ga" and r["n"] == row["n"])
+            row["break_even_vs_grpo"] = grpo["step_s"] / row["step_s"]
+            row["break_even_vs_grpo_ga"] = ga["step_s"] / row["step_s"]
+    return rows
+
+
+def fit_warnings(model: CostModel) -> list[str]:
+    """A negative fitted cost means the measured points are too few or too noisy to tell the
+    per-call cost from the per-rollout one (or the fixed update cost from the per-rollout one)."""
+    names = {"per_call_s": "generation's per-call cost", "per_rollout_s": "generation's per-rollout cost",
+             "update_fixed_s": "the update's fixed cost", "update_per_rollout_s": "the update's per-rollout cost"}
+    return [f"{label} came out negative ({getattr(model, key):.4f} s): the measured times are too noisy or too close "
+            "together for this fit; give more --calls, sizes further apart, or a quieter machine"
+            for key, label in names.items() if getattr(model, key) < 0]
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    """Where PODS can pay on this machine and where it cannot, against the measured step fractions."""
+    grpo = rows[0]
+    lines = []
+    for row in (r for r in rows if r["method"] == "pods"):
+        name = f"PODS (n = {row['n']}, m = {row['m']})"
+        for base, key, label in (("grpo", "break_even_vs_grpo", f"GRPO (n = {grpo['n']})"),
+                                 ("grpo-ga", "break_even_vs_grpo_ga", f"GRPO-GA (n = {row['n']})")):
+            measured, interval, _ = MEASURED_STEP_FRACTION[base]
+            be, short = row[key], label.split(" (")[0]
+            if be < measured:
+                lines.append(f"{name} cannot pay against {label} here: it wins on time only if it needs fewer than "
+                             f"{be:.2f}x {short}'s optimizer steps; it needed {measured:.2f}x {interval} on the task measured")
+            else:
+                lines.append(f"{name} can pay against {label}: it wins on time if it needs fewer than {be:.2f}x "
+                             f"{short}'s optimizer steps (it needed {measured:.2f}x {interval} on the task measured)")
+    return lines
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
+    """Load the run's parts as the trainer does, measure generation, scoring and updates."""
+    from podsrl import trainer
+    from podsrl.rollout import check_engine
+    from podsrl.sampling import Sampler
+    from podsrl.tasks import task_from_config
+
+    started = time.perf_counter()
+    c = replace(c, report_to=[])
+    if c.threads:
+        torch.set_num_threads(c.threads)
+    accelerator = trainer.make_accelerator(c, None)
+    check_engine(c.rollout.engine, c.rollout)
+    task = task_from_config(c.task, c.seed)
+    s = trainer.load(c, accelerator, task, trainer.make_scorer(c), run=None)
+    P = c.prompts_per_step
+    batch_size = getattr(s.engine, "batch_size", None)
+    by_cpu = c.clock == "cpu"  # this process's CPU seconds, as the trainer's train_cpu_seconds counts a step
+    total = 1 + len(sizes.generate) * sizes.calls + 1 + len(sizes.update)
+    bar = tqdm(total=total, desc="plan", unit="call", disable=not progress)
+    call = 0
+
+    def generate(n: int):
+        nonlocal call
+        cn = replace(c, n=n, m=min(c.m, n))
+        sampler = Sampler(cn, task, s.engine, s.scorer, s.tokenizer, s.system_prompt, accelerator, start_step=call)
+        call += 1
+        cpu = time.process_time()
+        with s.engine.phase():
+            groups = sampler.step_groups(call)
+        bar.update(1)
+        return groups, time.process_time() - cpu
+
+    try:
+        generate(min(sizes.generate))  # warm-up: first-call costs (allocations, kernels) are not a step's
+        points, largest = [], []
+        lengths = rewards = 0.0
+        scoring_s = scored = 0
+        for n in sizes.generate:
+            for _ in range(sizes.calls):
+                bar.set_postfix(n=n)
+                g, cpu_s = generate(n)
+                rows = P * n
+                points.append({"n": n, "rows": rows, "calls": engine_calls(P, n, batch_size),
+                               "seconds": cpu_s if by_cpu else g.generation_s, "wall_s": g.generation_s, "cpu_s": cpu_s})
+                scoring_s, scored = scoring_s + (0.0 if by_cpu else g.scoring_s), scored + rows
+                lengths += float(g.rollouts.completion_mask.sum())
+                rewards += float(g.rewards.sum())
+                if n == max(sizes.generate):
+                    largest.append(g)
+        updates = []
+        source = largest[0]
+        N = max(sizes.generate)
+        for i, m in enumerate([min(sizes.update)] + sorted(sizes.update)):  # the first: warm-up (optimizer state)
+            bar.set_postfix(update_m=m)
+            cu = replace(c, mode="pods", n=N, m=m, skip_zero_advantage=False)
+            chosen = trainer.down_sample(cu, source.rewards, step=i + 1, sizes=source.sizes)
+            t, cpu = time.perf_counter(), time.process_time()  # as the trainer times it: PeakMemory's set-up included
+            with trainer.PeakMemory(accelerator.device) as mem:
+                trainer.update(s, cu, source.rollouts, chosen, step=i + 1)
+            wall_s, cpu_s = time.perf_counter() - t, time.process_time() - cpu
+            if i:
+                updates.append({"m": m, "rows": P * m, "seconds": cpu_s if by_cpu else wall_s, "wall_s": wall_s, "cpu_s": cpu_s,
+                                "peak_mb": mem.peak_mb if math.isfinite(mem.peak_mb) else None})
+            bar.update(1)
+    finally:
+        bar.close()
+        s.scorer.close()
+    groups = torch.cat([g.rewards for g in largest])  # [calls * P, N]
+    model = fit(points, updates, scoring_s, scored, P, batch_size)
+    return {
+        "model": model, "groups": groups, "generation": points, "updates": updates,
+        "mean_completion_length": lengths / scored, "reward_mean": rewards / scored,
+        "device": str(accelerator.device), "mixed_precision": str(accelerator.mixed_precision),
+        "threads": torch.get_num_threads(), "batch_size": batch_size, "measure_s": time.perf_counter() - started,
+    }
+
+
+def plan(c: Config, sizes: Sizes | None = None, signal: str = "measured", progress: bool | None = None) -> dict:
+    """Measure and predict; the report ``podsrl plan`` prints and writes as JSON."""
+    sizes = sizes or default_sizes(c)
+    check_plan(c, sizes)
+    started = time.perf_counter()
+    m = measure(c, sizes, c.progress if progress is None else progress)
+    rows = predict(c, m["model"], sizes, m["groups"], signal)
+    return {
+        "model": c.model.name_or_path, "task": c.task.name, "device": m["device"], "mixed_precision": m["mixed_precision"],
+        "clock": c.clock,
+        "threads": m["threads"], "engine": c.rollout.engine, "prompts_per_step": c.prompts_per_step, "m": base_m(c),
+        "max_new_tokens": c.rollout.max_new_tokens, "sizes": asdict(sizes), "signal": signal,
+        "measured": {
+            "generation": m["generation"], "updates": m["updates"], "engine_batch_size": m["batch_size"],
+            "mean_completion_length": m["mean_completion_length"], "reward_mean": m["reward_mean"],
+        },
+        "fit": asdict(m["model"]),
+        "settings": rows,
+        "verdicts": verdicts(rows),
+        "warnings": fit_warnings(m["model"]),
+        "measured_step_fraction": {k: {"fraction": f, "interval": interval, "what": what, "source": MEASURED_SOURCE}
+                                   for k, (f, interval, what) in MEASURED_STEP_FRACTION.items()},
+        "seconds": time.perf_counter() - started,
+        "config": to_dict(c),
+    }
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def _num(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def table(report: dict) -> str:
+    """The settings as a Markdown table."""
+    head = ("| method | n | m | rollouts/step | trained/step | step s | generation s | scoring s | update s "
+            "| update peak MB | break-even vs GRPO | vs GRPO-GA |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = [f"| {r['method']} | {r['n']} | {r['m'] if r['method'] != 'grpo' else r['n']} | {r['rollouts']} | {r['trained']:.1f} "
+             f"| {r['step_s']:.2f} | {r['generation_s']:.2f} | {r['scoring_s']:.3f} | {r['update_s']:.2f} "
+             f"| {_num(r['update_peak_mb'], 0)} | {_num(r.get('break_even_vs_grpo'))} | {_num(r.get('break_even_vs_grpo_ga'))} |"
+             for r in report["settings"]]
+    return head + "\n".join(lines) + "\n"
+
+
+def render(report: dict) -> str:
+    """The report as ``podsrl plan`` prints it."""
+    f, g = report["fit"], report["measured"]
+    gen_rows = sorted({p["rows"] for p in g["generation"]})
+    upd_rows = [p["rows"] for p in g["updates"]]
+    memory = ("" if f["memory_fixed_mb"] is None else
+              f"; peak memory {f['memory_fixed_mb']:,.0f} MB + {f['memory_per_rollout_mb']:.2f} MB per rollout of a micro-batch")
+    signal = ("every selected rollout trained (--signal all)" if report["signal"] == "all" else
+              "rollouts with a non-zero advantage, as drawn from the measured groups (reward mean "
+              f"{g['reward_mean']:.2f} at the start of training; --signal all: every selected one)")
+    out = [
+        f"podsrl plan: {report['model']} on {report['device']} ({report['threads']} threads, mixed precision "
+        f"{report['mixed_precision']}), engine {report['engine']}, task {report['task']}, "
+        f"{report['prompts_per_step']} prompts a step, m = {report['m']}",
+        f"generation: {f['per_call_s']:.3f} s per call + {1000 * f['per_rollout_s']:.2f} ms per rollout "
+        f"(least squares over {len(g['generation'])} calls of {', '.join(map(str, gen_rows))} rollouts; completions "
+        f"{g['mean_completion_length']:.1f} tokens on average, max_new_tokens {report['max_new_tokens']})",
+        f"scoring: {1000 * f['scoring_per_rollout_s']:.2f} ms per rollout" if report["clock"] == "wall" else
+        "clock=cpu: this process's CPU seconds, as a run's train_cpu_seconds counts them (scoring in this process "
+        "counted within generation; in reward workers, not at all)",
+        f"update: {f['update_fixed_s']:.3f} s + {f['update_per_rollout_s']:.4f} s per trained rollout (at "
+        f"{', '.join(map(str, upd_rows))} rollouts){memory}",
+        f"trained/step: {signal}",
+        "",
+        table(report),
+        *report["verdicts"],
+        *(f"warning: {w}" for w in report["warnings"]),
+        f"Measured step fractions: {'; '.join(v['what'] for v in report['measured_step_fraction'].values())} "
+        f"({MEASURED_SOURCE}).",
+        f"plan took {report['seconds']:.0f} s",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def write_json(report: dict, path: Path) -> None:
+    from podsrl.checkpoint import write_atomic
+
+    write_atomic(path, json.dumps(report, indent=2) + "\n")

@@ -1,0 +1,168 @@
+"""``podsrl plan``: the least-squares fit against hand-worked values, the trained-rollout estimate
+against its closed form, and the command end to end (table, JSON, break-even) with a tiny budget."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import last_wins
+from podsrl import plan
+from podsrl.cli import main
+from podsrl.config import load_config
+
+
+def test_least_squares_matches_the_hand_worked_line():
+    """y = a + b x through (16, 2), (32, 3.5), (64, 5): x mean 112/3, y mean 3.5,
+    Sxx = 3584/3, Sxy = 72, so b = 72 / (3584/3) = 27/448 and a = 3.5 - b * 112/3 = 1.25."""
+    a, b = plan.least_squares([[1, 16], [1, 32], [1, 64]], [2.0, 3.5, 5.0])
+    assert a == pytest.approx(1.25) and b == pytest.approx(27 / 448)
+
+
+def test_generation_fit_separates_per_call_from_per_rollout_cost():
+    """Times made exactly of 0.5 s per engine call and 10 ms per rollout, at call counts the HF
+    engine's batching gives, are recovered; with noise, one call per step reproduces the mean."""
+    P, batch = 4, 128
+    points = [{"calls": plan.engine_calls(P, n, batch), "rows": P * n} for n in (8, 32, 64, 128)]
+    assert [p["calls"] for p in points] == [1, 1, 2, 4]  # 128 // 64 = 2 prompts a call; 128 // 128 = 1
+    for p in points:
+        p["seconds"] = 0.5 * p["calls"] + 0.01 * p["rows"]
+    updates = [{"rows": r, "seconds": 2.0 + 0.4 * r, "peak_mb": 1000.0 + 3.0 * r} for r in (8, 16, 32)]
+    model = plan.fit(points, updates, scoring_s=0.64, scored=640, prompts=P, batch_size=batch)
+    assert (model.per_call_s, model.per_rollout_s) == (pytest.approx(0.5), pytest.approx(0.01))
+    assert (model.update_fixed_s, model.update_per_rollout_s) == (pytest.approx(2.0), pytest.approx(0.4))
+    assert (model.memory_fixed_mb, model.memory_per_rollout_mb) == (pytest.approx(1000.0), pytest.approx(3.0))
+    assert model.scoring_per_rollout_s == pytest.approx(0.001)
+    step = model.step(n=64, trained=10.0, micro_batch=32)
+    assert step["generation_s"] == pytest.approx(0.5 * 2 + 0.01 * 256)
+    assert step["update_s"] == pytest.approx(2.0 + 0.4 * 10) and step["update_peak_mb"] == pytest.approx(1000 + 3 * 32)
+    assert step["step_s"] == pytest.approx(step["generation_s"] + 0.256 + step["update_s"])
+
+    noisy = [{"calls": 1, "rows": r, "seconds": s} for r, s in ((16, 1.3), (16, 1.1), (64, 2.9), (64, 3.4), (32, 1.7))]
+    model = plan.fit(noisy, updates, 0.0, 1, P, None)
+    fitted = [model.per_call_s + model.per_rollout_s * p["rows"] for p in noisy]
+    assert sum(fitted) / len(fitted) == pytest.approx(sum(p["seconds"] for p in noisy) / len(noisy))
+
+
+def test_engine_calls():
+    assert plan.engine_calls(4, 256, 128) == 4  # one prompt a call at least
+    assert plan.engine_calls(16, 64, 1024) == 1 and plan.engine_calls(16, 128, 1024) == 2
+    assert plan.engine_calls(16, 128, None) == 1
+
+
+@pytest.mark.parametrize("mode,n,m", [("grpo", 8, 8), ("pods", 16, 4), ("grpo-ga", 16, 4)])
+def test_trained_rollouts_against_the_closed_form(monkeypatch, mode, n, m):
+    """One prompt a step, its group drawn from rewards with k = 3 of N = 8 correct: the group is
+    mixed with probability q = 1 - p^n - (1 - p)^n (p = 3/8); then every selected rollout has a
+    non-zero advantage (0/1 rewards; max-variance takes both values), else none does and the
+    trainer keeps one. Expected trained rollouts: q * T + (1 - q) * 1, T the selected count."""
+    monkeypatch.setattr(plan, "SIGNAL_DRAWS", 40_000)
+    c = load_config(None, [f"mode={mode}", f"n={n}", "prompts_per_step=1"] + ([] if mode == "grpo" else [f"m={m}"]))
+    groups = torch.tensor([[1.0, 1, 1, 0, 0, 0, 0, 0]])
+    p = 3 / 8
+    q = 1 - p**n - (1 - p) ** n
+    T = m if mode == "pods" else n
+    got = plan.trained_rollouts(c, groups, torch.Generator().manual_seed(0))
+    assert got == pytest.approx(q * T + (1 - q), abs=0.05)
+    # all-equal groups train nothing (one kept a step); without skip_zero_advantage every selected one
+    assert plan.trained_rollouts(c, torch.zeros(3, 8), torch.Generator().manual_seed(0)) == 1.0
+    c_all = load_config(None, [f"mode={mode}", f"n={n}", "prompts_per_step=1", "skip_zero_advantage=false"]
+                        + ([] if mode == "grpo" else [f"m={m}"]))
+    assert plan.trained_rollouts(c_all, torch.zeros(3, 8), torch.Generator()) == float(T)
+
+
+def test_verdicts_say_where_pods_cannot_pay():
+    rows = [{"method": "grpo", "n": 8, "m": 8, "step_s": 7.6},
+            {"method": "pods", "n": 32, "m": 8, "step_s": 15.2, "break_even_vs_grpo": 0.5, "break_even_vs_grpo_ga": 2.3},
+            {"method": "pods", "n": 64, "m": 8, "step_s": 25.0, "break_even_vs_grpo": 0.304, "break_even_vs_grpo_ga": 1.0}]
+    lines = plan.verdicts(rows)
+    assert lines[0].startswith("PODS (n = 32, m = 8) can pay against GRPO (n = 8): it wins on time if it needs fewer "
+                               "than 0.50x GRPO's optimizer steps")
+    assert lines[1].startswith("PODS (n = 32, m = 8) can pay against GRPO-GA (n = 32)")
+    assert lines[2].startswith("PODS (n = 64, m = 8) cannot pay against GRPO (n = 8) here: it wins on time only if it "
+                               "needs fewer than 0.30x GRPO's optimizer steps; it needed 0.45x [0.38-1.13] on the task measured")
+    assert lines[3].startswith("PODS (n = 64, m = 8) cannot pay against GRPO-GA (n = 64) here")
+
+
+def run_plan(capsys, overrides, *flags):
+    code = main(["plan", *last_wins(overrides), *flags])
+    return code, capsys.readouterr()
+
+
+def check_report(report: dict, out: str, prompts: int) -> None:
+    """The JSON's structure, its fit against its own measured points, and each break-even as
+    the ratio of step times recomputed here from the fitted coefficients."""
+    f = report["fit"]
+    gen = report["measured"]["generation"]
+    assert all(p["calls"] == 1 for p in gen)  # the tiny sizes take one engine call each
+    fitted = [f["per_call_s"] * p["calls"] + f["per_rollout_s"] * p["rows"] for p in gen]
+    assert sum(fitted) / len(fitted) == pytest.approx(sum(p["seconds"] for p in gen) / len(gen), rel=1e-6, abs=1e-9)
+    upd = report["measured"]["updates"]
+    fitted = [f["update_fixed_s"] + f["update_per_rollout_s"] * p["rows"] for p in upd]
+    assert sum(fitted) / len(fitted) == pytest.approx(sum(p["seconds"] for p in upd) / len(upd), rel=1e-6, abs=1e-9)
+    assert report["measured"]["mean_completion_length"] > 0
+
+    def step_s(row):
+        rows = prompts * row["n"]
+        return (f["per_call_s"] * plan.engine_calls(prompts, row["n"], f["batch_size"]) + f["per_rollout_s"] * rows
+                + f["scoring_per_rollout_s"] * rows + f["update_fixed_s"] + f["update_per_rollout_s"] * row["trained"])
+
+    settings = report["settings"]
+    grpo = settings[0]
+    assert grpo["method"] == "grpo" and grpo["n"] == grpo["m"] == report["m"]
+    pods = [r for r in settings if r["method"] == "pods"]
+    assert [r["n"] for r in pods] == report["sizes"]["candidates"]
+    for r in settings:
+        assert r["step_s"] == pytest.approx(step_s(r))
+        assert r["step_s"] == pytest.approx(r["generation_s"] + r["scoring_s"] + r["update_s"])
+    for r in pods:
+        ga = next(g for g in settings if g["method"] == "grpo-ga" and g["n"] == r["n"])
+        assert r["break_even_vs_grpo"] == pytest.approx(step_s(grpo) / step_s(r))
+        assert r["break_even_vs_grpo_ga"] == pytest.approx(step_s(ga) / step_s(r))
+        assert r["trained"] <= prompts * r["m"] and ga["trained"] <= prompts * r["n"]
+        assert f"| pods | {r['n']} | {r['m']} | {prompts * r['n']} |" in out
+    assert len(report["verdicts"]) == 2 * len(pods)
+    assert all(v in out for v in report["verdicts"])
+    assert "measured on one task and model, not a law" in out and "0.45x" in out
+
+
+def test_plan_end_to_end_on_a_tiny_model(capsys, tmp_path, tiny_overrides):
+    out = tmp_path / "plan.json"
+    code, io = run_plan(capsys, tiny_overrides + ["threads=1"], "--generate", "2,4", "--calls", "2", "--update", "2,4",
+                        "--candidates", "4,6", "--json", str(out))
+    assert code == 0, io.err
+    report = json.loads(out.read_text())
+    assert report["sizes"] == {"generate": [2, 4], "calls": 2, "update": [2, 4], "candidates": [4, 6]}
+    measured = report["measured"]["generation"] + report["measured"]["updates"]
+    assert report["clock"] == "wall" and all(p["seconds"] == p["wall_s"] for p in measured)
+    assert len(report["measured"]["generation"]) == 4 and [p["m"] for p in report["measured"]["updates"]] == [2, 4]
+    check_report(report, io.out, prompts=2)
+    assert not (tmp_path / "run").exists()  # plan writes no run folder
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+def test_signal_all_trains_every_selected_rollout_and_cpu_clock_times_cpu_seconds(capsys, tmp_path, tiny_overrides):
+    out = tmp_path / "plan.json"
+    code, io = run_plan(capsys, tiny_overrides + ["threads=1", "clock=cpu"], "--generate", "2,4", "--calls", "1",
+                        "--update", "2,4", "--candidates", "4", "--signal", "all", "--json", str(out))
+    assert code == 0, io.err
+    report = json.loads(out.read_text())
+    assert [(r["method"], r["trained"]) for r in report["settings"]] == [("grpo", 4), ("pods", 4), ("grpo-ga", 8)]
+    measured = report["measured"]["generation"] + report["measured"]["updates"]
+    assert report["clock"] == "cpu" and all(p["seconds"] == p["cpu_s"] for p in measured)
+    assert report["fit"]["scoring_per_rollout_s"] == 0.0 and "clock=cpu: this process's CPU seconds" in io.out
+    check_report(report, io.out, prompts=2)
+
+
+@pytest.mark.slow
+def test_plan_on_the_embedded_default_with_the_smallest_sizes(capsys, tmp_path):
+    """The embedded model and task as ``podsrl train`` runs them, with the fewest calls."""
+    out = tmp_path / "plan.json"
+    code, io = run_plan(capsys, ["prompts_per_step=2", "threads=1", "rollout.max_new_tokens=6"], "--generate", "2,4",
+                        "--calls", "1", "--update", "2,4", "--json", str(out))
+    assert code == 0, io.err
+    report = json.loads(out.read_text())
+    assert report["model"] == "smollm2" and report["m"] == 4 and report["sizes"]["candidates"] == [8, 16, 32]
+    assert math.isfinite(report["seconds"])
+    check_report(report, io.out, prompts=2)
