@@ -18,10 +18,8 @@ import sys
 import threading
 import time
 
-from podsrl.errors import PodsError, Terminated
+from podsrl.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ArgumentParser, PodsError, Terminated, one_line_errors
 
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 OTHER_PROCESS_WAIT_S = 5.0
 """Under a launcher, how long a process other than the main one waits before it prints its error:
@@ -173,17 +171,10 @@ def _warn_missing(summary: dict) -> None:
               file=sys.stderr)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error as one ``podsrl: error:`` line and exit code 2."""
-
-    def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"podsrl: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from podsrl import __version__
 
-    parser = _Parser(prog="podsrl", description="RL with verifiable rewards and PODS down-sampling")
+    parser = ArgumentParser(prog="podsrl", description="RL with verifiable rewards and PODS down-sampling")
     parser.add_argument("--version", action="version", version=f"podsrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, text in [
@@ -240,17 +231,21 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:  # `podsrl` alone: what it can do
         build_parser().print_help()
         return 0
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # a usage error (one line, above) or --help
-        return e.code
+    return _run(argv)
+
+
+def _say(line: str, code: int) -> int:
+    return _last_line(line, code)
+
+
+@one_line_errors("podsrl", say=_say)
+def _run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         _quiet_logging()
         return args.fn(args)
-    except PodsError as e:
-        return _last_line(f"podsrl: error: {e}", EXIT_BAD_INPUT)
     except KeyboardInterrupt as e:  # the trainer has already left its folder as a rerun expects it
         terminated = isinstance(e, Terminated)
         code = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
