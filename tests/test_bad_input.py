@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import ended_within, last_wins, subprocess_env
 from podsrl import models, rundir
 from podsrl.cli import main
-from podsrl.config import load_config
+from podsrl.config import load_config, to_yaml
 from podsrl.errors import PodsError
 from podsrl.rewards.scorer import Scorer
 
@@ -750,6 +751,14 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
 @pytest.mark.parametrize("overrides,message", [
     (["rollout.sleep=true"], "rollout.sleep=true applies only with rollout.engine=vllm, not with rollout.engine=hf"),
     (["rollout.kv_cache_mb=64"], "rollout.kv_cache_mb=64 applies only with rollout.engine=vllm"),
+    (["rollout.dtype=bfloat16"], "rollout.dtype=bfloat16 applies only with rollout.engine=vllm, not with rollout.engine=hf"),
+    (["vllm_importance_sampling_correction=false"],
+     "vllm_importance_sampling_correction=false applies only with rollout.engine=vllm, not with rollout.engine=hf"),
+    (["vllm_importance_sampling_cap=2.0"], "vllm_importance_sampling_cap=2.0 applies only with rollout.engine=vllm"),
+    (["adaptive_n=true", "rule=max_reward"], "adaptive_n needs rule=max_variance (it stops a prompt once max-variance "
+                                             "selection's m rewards are settled; rule=max_reward selects from all n)"),
+    (["adaptive_n=true", "rule=percentile"], "adaptive_n needs rule=max_variance"),
+    (["adaptive_n=true", "rule=random"], "adaptive_n needs rule=max_variance"),
     (["rollout.engine=vllm", "rollout.decoder=loop"],
      "rollout.decoder=loop applies only with rollout.engine=hf, not with rollout.engine=vllm"),
     (["model.lora_alpha=32"], "model.lora_alpha=32 applies only with LoRA (model.lora_r > 0), not with model.lora_r=0"),
@@ -785,6 +794,8 @@ def test_settings_that_cannot_apply_are_refused_naming_what_they_need(capsys, tm
     ["mode=grpo-ga", "n=8", "m=2"],  # grpo-ga's micro-batches
     ["model.lora_r=8", "model.lora_alpha=32", "model.lora_dropout=0.1"],
     ["rollout.engine=vllm", "rollout.kv_cache_mb=64", "rollout.sleep=true"],
+    ["rollout.engine=vllm", "rollout.dtype=float32", "vllm_importance_sampling_correction=false",
+     "vllm_importance_sampling_cap=2.0"],
     ["task.name=math500", "task.path=data", "task.train_path=train.jsonl"],
     ["adaptive_n=true", "adaptive_round=2", "prompt_filter=history", "prompt_filter_target=0.5"],
 ])
@@ -813,6 +824,64 @@ def test_compare_checks_a_methods_settings_against_the_shared_ones():
 def test_training_settings_given_to_eval_are_refused(capsys, override, message):
     code, err = cli(capsys, "eval", override)
     assert_one_error(code, err, message)
+
+
+def test_eval_takes_load_in_4bit_without_lora_which_training_refuses(capsys):
+    from podsrl.cli import _eval_config
+
+    assert _eval_config(None, ["model.load_in_4bit=true"]).model.load_in_4bit
+    code, err = cli(capsys, "config", "model.load_in_4bit=true")
+    assert_one_error(code, err, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="bitsandbytes' CPU kernels")
+def test_a_model_narrower_than_the_4bit_block_is_refused_at_load_on_the_cpu(capsys, tiny_model_dir):
+    pytest.importorskip("bitsandbytes")
+    # the tiny Llama's layers are 32 wide: bitsandbytes' CPU kernels pack 64 inputs a block
+    code, err = cli(capsys, "eval", f"model.name_or_path={tiny_model_dir}", "model.load_in_4bit=true", "task.test_size=2")
+    assert_one_error(code, err, "model.load_in_4bit on the CPU: bitsandbytes' CPU kernels need each 4-bit layer's "
+                                "input width a multiple of its block of 64")
+    assert "q_proj is 32 x 32" in err
+
+
+def _checkpoint_of_a_run(tmp_path, tiny_model_dir, *settings) -> Path:
+    """A run folder as the trainer leaves it (its config.yaml, a checkpoint's model/) around the tiny model."""
+    run = tmp_path / "run"
+    model = run / "checkpoints" / "step-000002" / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (run / "config.yaml").write_text(to_yaml(load_config(None, [f"output_dir={run}", *settings])))
+    return model
+
+
+def _held_out_evaluated(monkeypatch, capsys, *args) -> tuple[list, str]:
+    """The held-out problems ``podsrl eval ARGS`` evaluates on (the generation itself left out), and its stderr."""
+    import podsrl.evaluate
+    from podsrl.evaluate import Evaluation
+
+    seen = []
+    monkeypatch.setattr(podsrl.evaluate, "evaluate", lambda engine, tokenizer, problems, *a, **k: seen.append(problems)
+                        or Evaluation(0.0, []))
+    assert main(list(args)) == 0
+    return seen[0], capsys.readouterr().err
+
+
+def test_eval_of_a_checkpoint_takes_its_runs_seed_and_task(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    """The held-out set of the run that trained the checkpoint (seed 3, two-digit subtraction),
+    not eval's defaults (seed 0, one-digit addition), and one line says so."""
+    from podsrl.config import TaskConfig
+    from podsrl.tasks import task_from_config
+
+    model = _checkpoint_of_a_run(tmp_path, tiny_model_dir, "seed=3", "task.digits=2", "task.operations=-",
+                                 "task.test_size=5")
+    problems, err = _held_out_evaluated(monkeypatch, capsys, "eval", f"model.name_or_path={model}")
+    expected = task_from_config(TaskConfig(digits=2, operations="-", test_size=5), seed=3).test
+    assert problems == expected and problems != task_from_config(TaskConfig(test_size=5), seed=0).test
+    notes = [l for l in err.splitlines() if l.startswith("podsrl:")]
+    assert notes == [f"podsrl: note: evaluating on the held-out set of the run in {tmp_path / 'run'}: its seed 3 and "
+                     "task arithmetic, from its config.yaml (seed= or task.* overrides choose others)"], err
+    # what the command line gives wins: here the seed, the run's task kept
+    problems, _ = _held_out_evaluated(monkeypatch, capsys, "eval", f"model.name_or_path={model}", "seed=1")
+    assert problems == task_from_config(TaskConfig(digits=2, operations="-", test_size=5), seed=1).test
 
 
 def test_eval_takes_its_own_settings():

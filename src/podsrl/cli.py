@@ -63,14 +63,11 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     from podsrl import models
-    from podsrl.config import check_eval_overrides, load_config
     from podsrl.evaluate import evaluate
     from podsrl.rollout import make_engine
     from podsrl.tasks import task_from_config
 
-    path, overrides = _split(args)
-    c = load_config(path, overrides)
-    check_eval_overrides(overrides)
+    c = _eval_config(*_split(args))
     if c.threads:
         import torch
 
@@ -85,6 +82,40 @@ def cmd_eval(args) -> int:
     report = {"model": c.model.name_or_path, "task": c.task.name, "problems": len(task.test), "accuracy": result.accuracy}
     print(json.dumps(report | ({"completions": result.samples} if c.log_completions else {})))
     return 0
+
+
+def _eval_config(path: str | None, overrides: list[str]):
+    """``podsrl eval``'s config. A model saved in a run folder (a checkpoint's ``model/``, a
+    compare run's ``final_model/``) is evaluated on that run's held-out set: the run's ``seed``
+    and its ``task.*`` settings, from its config.yaml, each unless the config file or the overrides
+    give it (any ``task.*`` key: the task); one line on stderr says so."""
+    from dataclasses import fields
+
+    from omegaconf import OmegaConf
+
+    from podsrl.config import TaskConfig, check_eval_overrides, load_config
+    from podsrl.rundir import recorded_config, run_of_model
+
+    c = load_config(path, overrides, evaluating=True)
+    check_eval_overrides(overrides)
+    run = run_of_model(c.model.name_or_path)
+    if run is None:
+        return c
+    recorded = recorded_config(run)
+    given = {o.partition("=")[0].strip().split(".")[0] for o in overrides}
+    given |= set(OmegaConf.to_container(OmegaConf.load(path))) if path else set()
+    task = recorded.get("task") if isinstance(recorded.get("task"), dict) else {}
+    taken = {"seed": recorded.get("seed"), "task": {f.name: task[f.name] for f in fields(TaskConfig) if f.name in task}}
+    taken = {k: v for k, v in taken.items() if k not in given and v not in (None, {})}
+    if not taken:
+        return c
+    c = load_config(path, overrides, defaults=taken, evaluating=True)
+    what = " and ".join(filter(None, [f"seed {c.seed}" if "seed" in taken else "",
+                                      f"task {c.task.name}" + (f" {c.task.dataset}" if c.task.dataset else "")
+                                      if "task" in taken else ""]))
+    print(f"podsrl: note: evaluating on the held-out set of the run in {run}: its {what}, from its config.yaml "
+          "(seed= or task.* overrides choose others)", file=sys.stderr)
+    return c
 
 
 def cmd_tasks(args) -> int:

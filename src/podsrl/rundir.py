@@ -240,6 +240,19 @@ def recorded_config(path: Path) -> dict | None:
     return loaded
 
 
+def run_of_model(model: str) -> Path | None:
+    """The run folder a model folder was saved from, where it lies in one with a ``config.yaml``:
+    a checkpoint's ``<run>/checkpoints/step-N/model``, or a compare run's ``<run>/final_model``."""
+    path = Path(model).expanduser()
+    if path.name == "model" and path.parent.name.startswith("step-") and path.parent.parent.name == "checkpoints":
+        run = path.parent.parent.parent
+    elif path.name == "final_model":
+        run = path.parent
+    else:
+        return None
+    return run if (run / "config.yaml").is_file() else None
+
+
 def check_same_config(path: Path, c, what: str, shorter: bool = True) -> None:
     """Refuse to continue the run in ``path`` under a config whose result-changing settings
     differ from its recorded one, unless ``c.allow_config_change``; ``what`` names the action,
