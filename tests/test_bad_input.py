@@ -1,6 +1,7 @@
 """Bad input and interruptions: one ``podsrl: error:`` line and exit 2 (Ctrl-C: exit 130), and
 nothing left that blocks a rerun; one run at a time per output_dir."""
 
+import errno
 import json
 import os
 import shutil
@@ -495,25 +496,70 @@ def test_a_reward_worker_over_its_memory_cap_scores_zero_and_is_replaced():
 
 
 def test_a_full_disk_while_checkpointing(capsys, tmp_path, tiny_overrides, monkeypatch):
-    """torch.save reports a failed write (ENOSPC) as a RuntimeError; the run ends with one line,
-    the checkpoint before stays as it was, and no half-written checkpoint is left."""
+    """torch.save reports a failed write (ENOSPC) as a RuntimeError ("[enforce fail at
+    inline_container.cc]") raised while handling the OSError of the file it writes; the run ends
+    with one line giving the system's reason, the checkpoint before stays as it was, and no
+    half-written checkpoint is left."""
     from podsrl import checkpoint
 
     run = tmp_path / "run"
     assert cli(capsys, "train", *tiny_overrides, "steps=1", "save_optimizer=true")[0] == 0
     before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
 
-    def full_disk(obj, path, *a, **k):
-        open(path, "wb").write(b"\0" * 10)  # part of it written, then the disk is full
-        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0\nPytorchStreamWriter failed writing file data/0: file write failed")
+    def full_disk(obj, f, *a, **k):
+        f.write(b"\0" * 10)  # part of it written, then the disk is full
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0") from None
 
     monkeypatch.setattr(checkpoint.torch, "save", full_disk)
     code, err = cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true", "save_optimizer=true")
-    assert_one_error(code, err, f"cannot write the checkpoint of step 2 to {run / 'checkpoints'}: [enforce fail")
+    assert_one_error(code, err, f"cannot write the checkpoint of step 2 to {run / 'checkpoints'} (optimizer.pt): No space "
+                                f"left on device; {run} keeps its metrics and the checkpoint of step 1")
+    assert "enforce fail" not in err
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.name != "metrics.jsonl") == \
         [p for p in before if p != "metrics.jsonl"]
     monkeypatch.undo()
     assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")[0] == 0
+
+
+def train_under_a_file_size_limit(limit: int, *args: str) -> subprocess.CompletedProcess:
+    """``podsrl train ARGS`` in a process that may write no file past ``limit`` bytes (a write
+    past it fails with EFBIG, as one on a full disk fails with ENOSPC)."""
+    import resource
+
+    def limit_writes():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "podsrl", "train", *last_wins(args)], preexec_fn=limit_writes,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=600)
+
+
+def test_the_optimizer_state_past_a_file_size_limit_says_why_and_advises_no_save_every_already_set(tmp_path,
+                                                                                                   tiny_overrides):
+    # the tiny model's weights (6.4 MB) fit under 9 MB; Adam's two moments of them (12.7 MB) do not
+    run = tmp_path / "run"
+    result = train_under_a_file_size_limit(9_000_000, *tiny_overrides, "steps=1", "save_every=1", "reward_workers=0")
+    assert_one_error(result.returncode, result.stderr,
+                     f"cannot write the checkpoint of step 1 to {run / 'checkpoints'} (optimizer.pt): File too large; "
+                     f"{run} keeps the metrics of steps 1-1 and no checkpoint: a rerun starts it again")
+    assert "enforce fail" not in result.stderr and "save_every saves one" not in result.stderr
+
+
+@pytest.mark.parametrize("limit,extra,written", [
+    (1_000, [], "config.yaml"),  # config.yaml: 1.5 kB
+    (2_000, ["steps=3"], "metrics.jsonl"),  # the step-0 evaluation and step 1: 1.1 kB; with step 2: 2.1 kB
+    (2_000, ["steps=3", "log_completions=8", "rollout.max_new_tokens=40"], "completions.jsonl"),  # step 1's 8: 2.5 kB
+])
+def test_a_file_size_limit_while_writing_a_runs_files_is_one_line(tmp_path, tiny_overrides, limit, extra, written):
+    run = tmp_path / "run"
+    result = train_under_a_file_size_limit(limit, *tiny_overrides, "reward_workers=0", *extra)
+    assert_one_error(result.returncode, result.stderr, f"cannot write {run / written}: File too large")
+    assert "OSError" not in result.stderr
+    if written == "config.yaml":  # nothing trained: the folder is left as it was found (absent)
+        assert not run.exists()
 
 
 def test_a_first_checkpoint_that_cannot_be_written_keeps_the_metrics(capsys, tmp_path, tiny_overrides, monkeypatch):
@@ -527,7 +573,7 @@ def test_a_first_checkpoint_that_cannot_be_written_keeps_the_metrics(capsys, tmp
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
     run = tmp_path / "run"
     code, err = cli(capsys, "train", *tiny_overrides, "steps=1")
-    assert_one_error(code, err, f"cannot write the checkpoint of step 1 to {run / 'checkpoints'}: Error while serializing: "
+    assert_one_error(code, err, f"cannot write the checkpoint of step 1 to {run / 'checkpoints'} (model/): Error while serializing: "
                      f"IoError(No space left on device (os error 28)); {run} keeps the metrics of steps 1-1 and no checkpoint")
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
     assert not list((run / "checkpoints").iterdir())

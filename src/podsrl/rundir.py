@@ -82,15 +82,17 @@ class RunFolder:
             os.close(self._fd)
             self._fd = None
 
-    def kept(self) -> str:
-        """What a run that stopped early left in its folder, in words ("" where it left nothing)."""
+    def kept(self, save_every: int = 0) -> str:
+        """What a run that stopped early left in its folder, in words ("" where it left nothing);
+        ``save_every``: the run's (where it is 0, saving periodically is suggested)."""
         checkpoint = latest_checkpoint(self.path)
         if checkpoint is not None:
             return (f"{self.path} keeps its metrics and the checkpoint of step {int(checkpoint.name[5:])} "
                     "(resume=true continues from it)")
         if self.logged_step:
-            return (f"{self.path} keeps the metrics of steps 1-{self.logged_step} and no checkpoint (save_every saves "
-                    "one): a rerun starts it again")
+            advice = "" if save_every else " (save_every saves one)"
+            return (f"{self.path} keeps the metrics of steps 1-{self.logged_step} and no checkpoint{advice}: a rerun "
+                    "starts it again")
         return ""
 
 
