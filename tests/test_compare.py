@@ -422,6 +422,20 @@ def test_plot_reads_a_torn_last_line_ignores_other_folders_and_names_missing_see
     assert captured.err.strip() == "podsrl: note: not in the table (no run, or no evaluation yet): pods seed 1"
 
 
+@pytest.mark.parametrize("taken", ["summary.json", "summary.md", "accuracy_vs_time.png", "accuracy_vs_steps.png"])
+def test_plot_into_a_folder_where_a_report_cannot_be_written_is_one_line(capsys, tmp_path, taken):
+    # a folder where the report's name is taken fails as an unwritable folder does, for root too
+    write_run(tmp_path / "grpo" / "seed-0", [(0, 0.2), (10, 0.6)])
+    (tmp_path / taken).mkdir()
+    one_error(*cli(capsys, "plot", str(tmp_path)), f"cannot write {tmp_path / taken}: ")
+
+
+def test_compare_into_a_folder_that_cannot_be_written_is_one_line(capsys, tmp_path):
+    out = tmp_path / "out"
+    (out / ".podsrl-compare.lock").mkdir(parents=True)  # its lock cannot be written there, for root too
+    one_error(*cli(capsys, "compare", "--steps", "1", "--seeds", "1", "--out", str(out)), f"cannot write --out {out}: ")
+
+
 @pytest.mark.parametrize("args,message", [
     (["--budget-minutes", "nan"], "--budget-minutes must be a number > 0, got nan"),
     (["--budget-minutes", "inf"], "--budget-minutes must be a number > 0, got inf"),

@@ -666,9 +666,13 @@ def plot(out: Path, summary: dict) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / f".{name}.tmp", dpi=120, format="png")
-        os.replace(out / f".{name}.tmp", out / name)
-        plt.close(fig)
+        try:
+            fig.savefig(out / f".{name}.tmp", dpi=120, format="png")
+            os.replace(out / f".{name}.tmp", out / name)
+        except OSError as e:  # a folder that cannot be written, a full disk
+            raise PodsError(f"cannot write {out / name}: {e.strerror or e}") from None
+        finally:
+            plt.close(fig)
 
 
 def _mean(xs):

@@ -155,7 +155,10 @@ def comparison_lock(out: Path):
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PodsError(f"cannot write --out {out}: {e.strerror or e}") from None
-    fd, _ = _lock(out, COMPARE_LOCK, "--out {path} is in use by another podsrl compare")
+    try:
+        fd, _ = _lock(out, COMPARE_LOCK, "--out {path} is in use by another podsrl compare")
+    except OSError as e:  # a folder that cannot be written
+        raise PodsError(f"cannot write --out {out}: {e.strerror or e}") from None
     try:
         yield
     finally:
