@@ -977,6 +977,37 @@ def test_compare_with_jobs_ends_its_runs_processes_on_ctrl_c_keeping_their_check
     assert ended_within(runs, 10.0)  # no run's process outlives compare (the resource tracker ends with its pipe)
 
 
+def test_compare_with_jobs_names_the_run_whose_process_is_killed_and_the_signal(tmp_path, tiny_model_dir):
+    """compare --jobs 2, the process training grpo seed 0 killed (SIGKILL, as the OOM killer does):
+    the other run finishes, and the last line names the killed run and the signal, with no
+    warning after it (multiprocessing's resource tracker removes the killed process's semaphores
+    without one)."""
+    out = tmp_path / "cmp"
+    proc = start("compare", f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=2", "m=2",
+                 "task.test_size=2", "rollout.max_new_tokens=2", "progress=false", "threads=1",
+                 "rewards=[rewards_for_tests:varied]", "--methods", "grpo", "--seeds", "2", "--steps", "60",
+                 "--jobs", "2", "--out", str(out), cwd=tmp_path)
+    seed_0 = out / "grpo" / "seed-0"
+    wait_for_step(proc, seed_0, 1)
+    holder = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if parent_of(pid) == proc.pid
+              and holds_open(pid, seed_0 / "metrics.jsonl")]
+    assert len(holder) == 1
+    os.kill(holder[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (f"podsrl: error: the process training grpo seed 0 ({seed_0}) was killed by "
+                                            "SIGKILL; a rerun resumes it from its last checkpoint, if any"), err
+    assert "leaked" not in err and "Warning" not in err, err
+
+
+def holds_open(pid: int, path: Path) -> bool:
+    """Whether a live process holds ``path`` open."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
 def parent_of(pid: int) -> int | None:
     """A live process's parent (None where it has ended; see conftest's running)."""
     try:

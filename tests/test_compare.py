@@ -430,6 +430,15 @@ def test_plot_into_a_folder_where_a_report_cannot_be_written_is_one_line(capsys,
     one_error(*cli(capsys, "plot", str(tmp_path)), f"cannot write {tmp_path / taken}: ")
 
 
+def test_compare_refuses_a_methods_reasoning_gym_settings_before_any_run_trains(capsys, tmp_path):
+    pytest.importorskip("reasoning_gym")
+    out = tmp_path / "out"
+    one_error(*cli(capsys, "compare", "task.name=gym", "task.dataset=chain_sum", "--methods",
+                   "grpo,pods,pods-typo:task.dataset=chain_sun", "--steps", "1", "--seeds", "1", "--out", str(out)),
+              "method 'pods-typo': unknown reasoning-gym data set 'chain_sun'; closest: chain_sum")
+    assert not out.exists()  # grpo and pods, ahead of it, did not train
+
+
 def test_compare_into_a_folder_that_cannot_be_written_is_one_line(capsys, tmp_path):
     out = tmp_path / "out"
     (out / ".podsrl-compare.lock").mkdir(parents=True)  # its lock cannot be written there, for root too
