@@ -22,13 +22,14 @@ and refuse to run before a task has been chosen. The settings are the selection'
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from podsrl.errors import ArgumentParser, PodsError, one_line_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "summary.json"
@@ -43,11 +44,14 @@ COMPARISONS = {
 
 
 def chosen() -> tuple[str, str]:
-    summary = json.loads(SELECTION.read_text()) if SELECTION.is_file() else {}
-    task = summary.get("chosen")
-    if not task:
-        sys.exit("evidence.py: no benchmark task has been chosen yet (benchmarks/task_selection.py report)")
-    return task, summary["candidates"][task]["lr"]
+    try:
+        summary = json.loads(SELECTION.read_text()) if SELECTION.is_file() else {}
+        task = summary.get("chosen")
+        if not task:
+            raise PodsError("no benchmark task has been chosen yet (benchmarks/task_selection.py report)")
+        return task, summary["candidates"][task]["lr"]
+    except (ValueError, AttributeError, KeyError, TypeError) as e:  # JSON that is not the selection's summary
+        raise PodsError(f"{SELECTION}: not task_selection.py's summary ({type(e).__name__}: {e})") from None
 
 
 def run(comparison: str) -> int:
@@ -96,6 +100,9 @@ def report(comparison: str, out: Path | None = None) -> str:
 
     spec = COMPARISONS[comparison]
     out = out or ROOT / "benchmarks" / "results" / f"evidence_{comparison}_{chosen()[0]}"
+    if not out.is_dir():
+        raise PodsError(f"comparison ({comparison}) has no runs yet: no folder {out} (python benchmarks/evidence.py "
+                        f"{comparison} trains them)")
     methods = [m.split(":")[0] for m in spec["methods"].split(",")]
     seeds, reference = spec["seeds"], spec["reference"]
     unfinished = [(m, s) for s in range(seeds) for m in methods if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
@@ -171,16 +178,17 @@ def report(comparison: str, out: Path | None = None) -> str:
     return text
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@one_line_errors("evidence.py")
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="evidence.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=[*sorted(COMPARISONS), "report"])
     parser.add_argument("comparison", nargs="?", choices=sorted(COMPARISONS), default="a", help="which comparison report reads")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.what == "report":
         print(report(args.comparison), end="")
-    else:
-        sys.exit(run(args.what))
+        return 0
+    return run(args.what)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
