@@ -274,7 +274,9 @@ def step_d(args, results: Path, suite: Path, state: State) -> list[Unit]:
 
 def run_note(out: Path) -> str:
     """A run folder's steps, step time, update peak and held-out accuracy, in one line."""
-    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    from podsrl.checkpoint import read_metrics
+
+    rows = read_metrics(out / "metrics.jsonl")
     steps = [r for r in rows if "update_s" in r]
     evals = [r["eval_accuracy"] for r in rows if r.get("eval_accuracy") is not None]
     step_s = [b["train_seconds"] - a["train_seconds"] for a, b in zip(steps, steps[1:])]
@@ -375,7 +377,7 @@ def run_unit(unit: Unit, state: State, suite: Path, env: dict, deadline: float |
         try:  # a test file's failing tests: its summary line, then the log
             said = unit.finish(log_path.read_text())
             note = said if status == "done" else f"{said}; {note}"
-        except (RuntimeError, OSError, ValueError, KeyError) as e:
+        except (RuntimeError, OSError, ValueError, KeyError, PodsError) as e:
             status, note = "failed", f"{e}; see {log_path}"
     seconds = time.monotonic() - start
     state.record(unit.key, kind=unit.kind, status=status, seconds=round(seconds, 1), note=note, device=env["device"],
