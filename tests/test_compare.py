@@ -316,11 +316,12 @@ def test_reports_and_the_record_are_replaced_whole(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Path, "write_text", cut_short)
-    with pytest.raises(OSError):
+    with pytest.raises(PodsError, match=f"cannot write {tmp_path / 'summary.json'}: No space left on device"):
         write_reports(tmp_path, summary)
-    with pytest.raises(OSError):
+    with pytest.raises(PodsError, match=f"cannot write {tmp_path / 'compare.yaml'}: No space left on device"):
         _record(tmp_path, None, ["n=8"], {"grpo": ["mode=grpo"]}, 1, 1.0, 10.0)
     assert {name: (tmp_path / name).read_text() for name in names} == before
+    assert not list(tmp_path.glob(".*.tmp"))  # the torn copies removed
 
 
 def test_finished_runs_keep_metrics_only_unless_asked(tiny_model_dir, tmp_path):
