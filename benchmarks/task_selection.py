@@ -23,7 +23,6 @@ The protocol, fixed before the first run (docs/experiments/task_selection.md giv
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -31,6 +30,9 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from podsrl.checkpoint import read_metrics
+from podsrl.errors import ArgumentParser, PodsError, one_line_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "task_selection"
@@ -55,17 +57,18 @@ def curve(candidate: str, lr: str, seed: int) -> dict[int, float] | None:
     path = result_dir(candidate, lr, seed) / "metrics.jsonl"
     if not path.exists():
         return None
-    points = {r["eval_step"]: r["eval_accuracy"] for r in map(json.loads, path.read_text().splitlines())
-              if "eval_accuracy" in r}
+    points = {r["eval_step"]: r["eval_accuracy"] for r in read_metrics(path) if "eval_accuracy" in r}
     return points if STEPS in points else None
 
 
-def train(candidate: str, lr: str, seed: int) -> str:
+def train(candidate: str, lr: str, seed: int) -> tuple[bool, str]:
     """One run; its metrics and config are copied under RESULTS, the rest is deleted. A run saves a
-    checkpoint every 10 steps, and a rerun of the driver resumes it from there; a run that another
-    process is training (an earlier driver's) is waited for, then taken as it ended."""
+    checkpoint every 10 steps, and a rerun of the driver resumes it from there (past a last metrics
+    line cut short by a kill, as the trainer does); a run that another process is training (an
+    earlier driver's) is waited for, then taken as it ended. Returns whether it finished, and a
+    line saying how it went."""
     if curve(candidate, lr, seed) is not None:
-        return f"{candidate} lr={lr} seed={seed}: done before"
+        return True, f"{candidate} lr={lr} seed={seed}: done before"
     out = RUNS / candidate / f"lr{lr}" / f"seed-{seed}"
     while training_elsewhere(out):
         time.sleep(30)
@@ -77,14 +80,15 @@ def train(candidate: str, lr: str, seed: int) -> str:
                f"output_dir={out}", "save_every=10", f"resume={str(resume).lower()}"]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
-            return f"{candidate} lr={lr} seed={seed}: failed ({done.returncode}): {done.stderr.strip()[-500:]}"
+            said = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+            return False, f"{candidate} lr={lr} seed={seed}: the run failed (exit code {done.returncode}): {said}"
     keep = result_dir(candidate, lr, seed)
     keep.mkdir(parents=True, exist_ok=True)
     for name in ("metrics.jsonl", "config.yaml"):
         shutil.copy(out / name, keep / name)
     shutil.rmtree(out)
     points = curve(candidate, lr, seed)
-    return f"{candidate} lr={lr} seed={seed}: " + " ".join(f"{s}:{a:.3f}" for s, a in sorted(points.items()))
+    return True, f"{candidate} lr={lr} seed={seed}: " + " ".join(f"{s}:{a:.3f}" for s, a in sorted(points.items()))
 
 
 def training_elsewhere(out: Path) -> bool:
@@ -103,7 +107,7 @@ def training_elsewhere(out: Path) -> bool:
 def finished(out: Path) -> bool:
     """Whether the run in ``out`` has been evaluated at its last step."""
     path = out / "metrics.jsonl"
-    return path.is_file() and any(r.get("eval_step") == STEPS for r in map(json.loads, path.read_text().splitlines()))
+    return path.is_file() and any(r.get("eval_step") == STEPS for r in read_metrics(path))
 
 
 def conditions(points: dict[int, float]) -> dict:
@@ -142,7 +146,11 @@ def seed_mean(candidate: str, lr: str) -> dict[int, float] | None:
     return {step: sum(points[step] for points in curves) / len(curves) for step in sorted(curves[0])}
 
 
-def run(args) -> None:
+def run(args) -> int:
+    """Train the stage's runs, ``args.jobs`` at a time; a run that fails is said on stderr, in one
+    line, and the exit code is 1."""
+    if args.jobs < 1:
+        raise PodsError(f"--jobs must be >= 1, got {args.jobs}")
     if args.stage == "lr":
         jobs = [(cand, lr, 0) for lr in LRS for cand in CANDIDATES]
     else:
@@ -153,12 +161,18 @@ def run(args) -> None:
                 print(f"{cand}: the lr stage has not finished", flush=True)
                 continue
             jobs += [(cand, lr, seed) for seed in SEEDS if seed != 0]
+    failed = 0
     with ThreadPoolExecutor(args.jobs) as pool:
-        for line in pool.map(lambda job: train(*job), jobs):
-            print(line, flush=True)
+        for ok, line in pool.map(lambda job: train(*job), jobs):
+            if ok:
+                print(line, flush=True)
+            else:
+                failed += 1
+                print(f"task_selection.py: error: {line}", file=sys.stderr, flush=True)
+    return 1 if failed else 0
 
 
-def report(_args) -> None:
+def report(_args) -> int:
     rows, summary = [], {"protocol": __doc__, "candidates": {}}
     for cand in CANDIDATES:
         entry = summary["candidates"][cand] = {"runs": {}}
@@ -193,6 +207,7 @@ def report(_args) -> None:
     (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(summary)
+    return 0
 
 
 def plot(summary: dict) -> None:
@@ -218,17 +233,18 @@ def plot(summary: dict) -> None:
     fig.savefig(RESULTS / "curves.png", dpi=110)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@one_line_errors("task_selection.py")
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="task_selection.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run")
     r.add_argument("--jobs", type=int, default=2)
     r.add_argument("--stage", choices=["lr", "seeds"], default="lr")
     r.set_defaults(func=run)
     sub.add_parser("report").set_defaults(func=report)
-    args = parser.parse_args()
-    args.func(args)
+    args = parser.parse_args(argv)
+    return args.func(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -44,3 +44,17 @@ def test_single_rollout_group_is_zero():
 def test_unknown_scale_rejected():
     with pytest.raises(ValueError, match="scale"):
         group_advantages(torch.zeros(1, 2), scale="batch")
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_rewards_refused_as_select_refuses_them(bad):
+    with pytest.raises(ValueError, match="NaN or inf"):
+        group_advantages(torch.tensor([[1.0, 0.0, bad, 1.0]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_integer_rewards_are_taken_as_floats(dtype):
+    r = torch.tensor([[1, 0, 0, 1]], dtype=dtype)
+    std = math.sqrt((4 * 0.25) / 3)
+    expected = torch.tensor([[0.5, -0.5, -0.5, 0.5]]) / (std + 1e-4)
+    assert torch.allclose(group_advantages(r), expected)

@@ -1,6 +1,7 @@
 """Bad input and interruptions: one ``podsrl: error:`` line and exit 2 (Ctrl-C: exit 130), and
 nothing left that blocks a rerun; one run at a time per output_dir."""
 
+import errno
 import json
 import os
 import shutil
@@ -11,11 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import ended_within, last_wins, subprocess_env
 from podsrl import models, rundir
 from podsrl.cli import main
-from podsrl.config import load_config
+from podsrl.config import load_config, to_yaml
 from podsrl.errors import PodsError
 from podsrl.rewards.scorer import Scorer
 
@@ -498,25 +500,70 @@ def test_a_reward_worker_over_its_memory_cap_scores_zero_and_is_replaced():
 
 
 def test_a_full_disk_while_checkpointing(capsys, tmp_path, tiny_overrides, monkeypatch):
-    """torch.save reports a failed write (ENOSPC) as a RuntimeError; the run ends with one line,
-    the checkpoint before stays as it was, and no half-written checkpoint is left."""
+    """torch.save reports a failed write (ENOSPC) as a RuntimeError ("[enforce fail at
+    inline_container.cc]") raised while handling the OSError of the file it writes; the run ends
+    with one line giving the system's reason, the checkpoint before stays as it was, and no
+    half-written checkpoint is left."""
     from podsrl import checkpoint
 
     run = tmp_path / "run"
     assert cli(capsys, "train", *tiny_overrides, "steps=1", "save_optimizer=true")[0] == 0
     before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
 
-    def full_disk(obj, path, *a, **k):
-        open(path, "wb").write(b"\0" * 10)  # part of it written, then the disk is full
-        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0\nPytorchStreamWriter failed writing file data/0: file write failed")
+    def full_disk(obj, f, *a, **k):
+        f.write(b"\0" * 10)  # part of it written, then the disk is full
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0") from None
 
     monkeypatch.setattr(checkpoint.torch, "save", full_disk)
     code, err = cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true", "save_optimizer=true")
-    assert_one_error(code, err, f"cannot write the checkpoint of step 2 to {run / 'checkpoints'}: [enforce fail")
+    assert_one_error(code, err, f"cannot write the checkpoint of step 2 to {run / 'checkpoints'} (optimizer.pt): No space "
+                                f"left on device; {run} keeps its metrics and the checkpoint of step 1")
+    assert "enforce fail" not in err
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.name != "metrics.jsonl") == \
         [p for p in before if p != "metrics.jsonl"]
     monkeypatch.undo()
     assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")[0] == 0
+
+
+def train_under_a_file_size_limit(limit: int, *args: str) -> subprocess.CompletedProcess:
+    """``podsrl train ARGS`` in a process that may write no file past ``limit`` bytes (a write
+    past it fails with EFBIG, as one on a full disk fails with ENOSPC)."""
+    import resource
+
+    def limit_writes():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "podsrl", "train", *last_wins(args)], preexec_fn=limit_writes,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=600)
+
+
+def test_the_optimizer_state_past_a_file_size_limit_says_why_and_advises_no_save_every_already_set(tmp_path,
+                                                                                                   tiny_overrides):
+    # the tiny model's weights (6.4 MB) fit under 9 MB; Adam's two moments of them (12.7 MB) do not
+    run = tmp_path / "run"
+    result = train_under_a_file_size_limit(9_000_000, *tiny_overrides, "steps=1", "save_every=1", "reward_workers=0")
+    assert_one_error(result.returncode, result.stderr,
+                     f"cannot write the checkpoint of step 1 to {run / 'checkpoints'} (optimizer.pt): File too large; "
+                     f"{run} keeps the metrics of steps 1-1 and no checkpoint: a rerun starts it again")
+    assert "enforce fail" not in result.stderr and "save_every saves one" not in result.stderr
+
+
+@pytest.mark.parametrize("limit,extra,written", [
+    (1_000, [], "config.yaml"),  # config.yaml: 1.5 kB
+    (2_000, ["steps=3"], "metrics.jsonl"),  # the step-0 evaluation and step 1: 1.1 kB; with step 2: 2.1 kB
+    (2_000, ["steps=3", "log_completions=8", "rollout.max_new_tokens=40"], "completions.jsonl"),  # step 1's 8: 2.5 kB
+])
+def test_a_file_size_limit_while_writing_a_runs_files_is_one_line(tmp_path, tiny_overrides, limit, extra, written):
+    run = tmp_path / "run"
+    result = train_under_a_file_size_limit(limit, *tiny_overrides, "reward_workers=0", *extra)
+    assert_one_error(result.returncode, result.stderr, f"cannot write {run / written}: File too large")
+    assert "OSError" not in result.stderr
+    if written == "config.yaml":  # nothing trained: the folder is left as it was found (absent)
+        assert not run.exists()
 
 
 def test_a_first_checkpoint_that_cannot_be_written_keeps_the_metrics(capsys, tmp_path, tiny_overrides, monkeypatch):
@@ -530,7 +577,7 @@ def test_a_first_checkpoint_that_cannot_be_written_keeps_the_metrics(capsys, tmp
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
     run = tmp_path / "run"
     code, err = cli(capsys, "train", *tiny_overrides, "steps=1")
-    assert_one_error(code, err, f"cannot write the checkpoint of step 1 to {run / 'checkpoints'}: Error while serializing: "
+    assert_one_error(code, err, f"cannot write the checkpoint of step 1 to {run / 'checkpoints'} (model/): Error while serializing: "
                      f"IoError(No space left on device (os error 28)); {run} keeps the metrics of steps 1-1 and no checkpoint")
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
     assert not list((run / "checkpoints").iterdir())
@@ -754,6 +801,14 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
 @pytest.mark.parametrize("overrides,message", [
     (["rollout.sleep=true"], "rollout.sleep=true applies only with rollout.engine=vllm, not with rollout.engine=hf"),
     (["rollout.kv_cache_mb=64"], "rollout.kv_cache_mb=64 applies only with rollout.engine=vllm"),
+    (["rollout.dtype=bfloat16"], "rollout.dtype=bfloat16 applies only with rollout.engine=vllm, not with rollout.engine=hf"),
+    (["vllm_importance_sampling_correction=false"],
+     "vllm_importance_sampling_correction=false applies only with rollout.engine=vllm, not with rollout.engine=hf"),
+    (["vllm_importance_sampling_cap=2.0"], "vllm_importance_sampling_cap=2.0 applies only with rollout.engine=vllm"),
+    (["adaptive_n=true", "rule=max_reward"], "adaptive_n needs rule=max_variance (it stops a prompt once max-variance "
+                                             "selection's m rewards are settled; rule=max_reward selects from all n)"),
+    (["adaptive_n=true", "rule=percentile"], "adaptive_n needs rule=max_variance"),
+    (["adaptive_n=true", "rule=random"], "adaptive_n needs rule=max_variance"),
     (["rollout.engine=vllm", "rollout.decoder=loop"],
      "rollout.decoder=loop applies only with rollout.engine=hf, not with rollout.engine=vllm"),
     (["model.lora_alpha=32"], "model.lora_alpha=32 applies only with LoRA (model.lora_r > 0), not with model.lora_r=0"),
@@ -789,6 +844,8 @@ def test_settings_that_cannot_apply_are_refused_naming_what_they_need(capsys, tm
     ["mode=grpo-ga", "n=8", "m=2"],  # grpo-ga's micro-batches
     ["model.lora_r=8", "model.lora_alpha=32", "model.lora_dropout=0.1"],
     ["rollout.engine=vllm", "rollout.kv_cache_mb=64", "rollout.sleep=true"],
+    ["rollout.engine=vllm", "rollout.dtype=float32", "vllm_importance_sampling_correction=false",
+     "vllm_importance_sampling_cap=2.0"],
     ["task.name=math500", "task.path=data", "task.train_path=train.jsonl"],
     ["adaptive_n=true", "adaptive_round=2", "prompt_filter=history", "prompt_filter_target=0.5"],
 ])
@@ -817,6 +874,64 @@ def test_compare_checks_a_methods_settings_against_the_shared_ones():
 def test_training_settings_given_to_eval_are_refused(capsys, override, message):
     code, err = cli(capsys, "eval", override)
     assert_one_error(code, err, message)
+
+
+def test_eval_takes_load_in_4bit_without_lora_which_training_refuses(capsys):
+    from podsrl.cli import _eval_config
+
+    assert _eval_config(None, ["model.load_in_4bit=true"]).model.load_in_4bit
+    code, err = cli(capsys, "config", "model.load_in_4bit=true")
+    assert_one_error(code, err, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="bitsandbytes' CPU kernels")
+def test_a_model_narrower_than_the_4bit_block_is_refused_at_load_on_the_cpu(capsys, tiny_model_dir):
+    pytest.importorskip("bitsandbytes")
+    # the tiny Llama's layers are 32 wide: bitsandbytes' CPU kernels pack 64 inputs a block
+    code, err = cli(capsys, "eval", f"model.name_or_path={tiny_model_dir}", "model.load_in_4bit=true", "task.test_size=2")
+    assert_one_error(code, err, "model.load_in_4bit on the CPU: bitsandbytes' CPU kernels need each 4-bit layer's "
+                                "input width a multiple of its block of 64")
+    assert "q_proj is 32 x 32" in err
+
+
+def _checkpoint_of_a_run(tmp_path, tiny_model_dir, *settings) -> Path:
+    """A run folder as the trainer leaves it (its config.yaml, a checkpoint's model/) around the tiny model."""
+    run = tmp_path / "run"
+    model = run / "checkpoints" / "step-000002" / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (run / "config.yaml").write_text(to_yaml(load_config(None, [f"output_dir={run}", *settings])))
+    return model
+
+
+def _held_out_evaluated(monkeypatch, capsys, *args) -> tuple[list, str]:
+    """The held-out problems ``podsrl eval ARGS`` evaluates on (the generation itself left out), and its stderr."""
+    import podsrl.evaluate
+    from podsrl.evaluate import Evaluation
+
+    seen = []
+    monkeypatch.setattr(podsrl.evaluate, "evaluate", lambda engine, tokenizer, problems, *a, **k: seen.append(problems)
+                        or Evaluation(0.0, []))
+    assert main(list(args)) == 0
+    return seen[0], capsys.readouterr().err
+
+
+def test_eval_of_a_checkpoint_takes_its_runs_seed_and_task(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    """The held-out set of the run that trained the checkpoint (seed 3, two-digit subtraction),
+    not eval's defaults (seed 0, one-digit addition), and one line says so."""
+    from podsrl.config import TaskConfig
+    from podsrl.tasks import task_from_config
+
+    model = _checkpoint_of_a_run(tmp_path, tiny_model_dir, "seed=3", "task.digits=2", "task.operations=-",
+                                 "task.test_size=5")
+    problems, err = _held_out_evaluated(monkeypatch, capsys, "eval", f"model.name_or_path={model}")
+    expected = task_from_config(TaskConfig(digits=2, operations="-", test_size=5), seed=3).test
+    assert problems == expected and problems != task_from_config(TaskConfig(test_size=5), seed=0).test
+    notes = [l for l in err.splitlines() if l.startswith("podsrl:")]
+    assert notes == [f"podsrl: note: evaluating on the held-out set of the run in {tmp_path / 'run'}: its seed 3 and "
+                     "task arithmetic, from its config.yaml (seed= or task.* overrides choose others)"], err
+    # what the command line gives wins: here the seed, the run's task kept
+    problems, _ = _held_out_evaluated(monkeypatch, capsys, "eval", f"model.name_or_path={model}", "seed=1")
+    assert problems == task_from_config(TaskConfig(digits=2, operations="-", test_size=5), seed=1).test
 
 
 def test_eval_takes_its_own_settings():
@@ -864,6 +979,37 @@ def test_compare_with_jobs_ends_its_runs_processes_on_ctrl_c_keeping_their_check
         assert list((out / "grpo" / f"seed-{seed}" / "checkpoints").glob("step-*"))
     assert not (out / "grpo" / "seed-2").exists()
     assert ended_within(runs, 10.0)  # no run's process outlives compare (the resource tracker ends with its pipe)
+
+
+def test_compare_with_jobs_names_the_run_whose_process_is_killed_and_the_signal(tmp_path, tiny_model_dir):
+    """compare --jobs 2, the process training grpo seed 0 killed (SIGKILL, as the OOM killer does):
+    the other run finishes, and the last line names the killed run and the signal, with no
+    warning after it (multiprocessing's resource tracker removes the killed process's semaphores
+    without one)."""
+    out = tmp_path / "cmp"
+    proc = start("compare", f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=2", "m=2",
+                 "task.test_size=2", "rollout.max_new_tokens=2", "progress=false", "threads=1",
+                 "rewards=[rewards_for_tests:varied]", "--methods", "grpo", "--seeds", "2", "--steps", "60",
+                 "--jobs", "2", "--out", str(out), cwd=tmp_path)
+    seed_0 = out / "grpo" / "seed-0"
+    wait_for_step(proc, seed_0, 1)
+    holder = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if parent_of(pid) == proc.pid
+              and holds_open(pid, seed_0 / "metrics.jsonl")]
+    assert len(holder) == 1
+    os.kill(holder[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (f"podsrl: error: the process training grpo seed 0 ({seed_0}) was killed by "
+                                            "SIGKILL; a rerun resumes it from its last checkpoint, if any"), err
+    assert "leaked" not in err and "Warning" not in err, err
+
+
+def holds_open(pid: int, path: Path) -> bool:
+    """Whether a live process holds ``path`` open."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
 
 
 def parent_of(pid: int) -> int | None:

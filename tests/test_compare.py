@@ -300,11 +300,12 @@ def test_reports_and_the_record_are_replaced_whole(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Path, "write_text", cut_short)
-    with pytest.raises(OSError):
+    with pytest.raises(PodsError, match=f"cannot write {tmp_path / 'summary.json'}: No space left on device"):
         write_reports(tmp_path, summary)
-    with pytest.raises(OSError):
+    with pytest.raises(PodsError, match=f"cannot write {tmp_path / 'compare.yaml'}: No space left on device"):
         _record(tmp_path, None, ["n=8"], {"grpo": ["mode=grpo"]}, 1, 1.0, 10.0)
     assert {name: (tmp_path / name).read_text() for name in names} == before
+    assert not list(tmp_path.glob(".*.tmp"))  # the torn copies removed
 
 
 def test_finished_runs_keep_metrics_only_unless_asked(tiny_model_dir, tmp_path):
@@ -400,6 +401,29 @@ def test_plot_reads_a_torn_last_line_ignores_other_folders_and_names_missing_see
     assert summary["methods"]["pods"]["per_seed"][0]["peak_accuracy"] == 0.6
     assert "Not in the table (no run, or no evaluation yet): pods seed 1." in captured.out
     assert captured.err.strip() == "podsrl: note: not in the table (no run, or no evaluation yet): pods seed 1"
+
+
+@pytest.mark.parametrize("taken", ["summary.json", "summary.md", "accuracy_vs_time.png", "accuracy_vs_steps.png"])
+def test_plot_into_a_folder_where_a_report_cannot_be_written_is_one_line(capsys, tmp_path, taken):
+    # a folder where the report's name is taken fails as an unwritable folder does, for root too
+    write_run(tmp_path / "grpo" / "seed-0", [(0, 0.2), (10, 0.6)])
+    (tmp_path / taken).mkdir()
+    one_error(*cli(capsys, "plot", str(tmp_path)), f"cannot write {tmp_path / taken}: ")
+
+
+def test_compare_refuses_a_methods_reasoning_gym_settings_before_any_run_trains(capsys, tmp_path):
+    pytest.importorskip("reasoning_gym")
+    out = tmp_path / "out"
+    one_error(*cli(capsys, "compare", "task.name=gym", "task.dataset=chain_sum", "--methods",
+                   "grpo,pods,pods-typo:task.dataset=chain_sun", "--steps", "1", "--seeds", "1", "--out", str(out)),
+              "method 'pods-typo': unknown reasoning-gym data set 'chain_sun'; closest: chain_sum")
+    assert not out.exists()  # grpo and pods, ahead of it, did not train
+
+
+def test_compare_into_a_folder_that_cannot_be_written_is_one_line(capsys, tmp_path):
+    out = tmp_path / "out"
+    (out / ".podsrl-compare.lock").mkdir(parents=True)  # its lock cannot be written there, for root too
+    one_error(*cli(capsys, "compare", "--steps", "1", "--seeds", "1", "--out", str(out)), f"cannot write --out {out}: ")
 
 
 @pytest.mark.parametrize("args,message", [

@@ -153,6 +153,10 @@ def test_registry_every_rule_resolves_and_custom_rules_plug_in():
         (torch.zeros(2, 4), 0, "max_variance", "m must be"),
         (torch.zeros(2, 4), 5, "max_variance", "m must be"),
         (torch.zeros(2, 4), 2.0, "max_variance", "m must be"),
+        (torch.zeros(2, 4), True, "max_variance", "m must be"),
+        (torch.zeros(2, 4), torch.tensor(2.0), "max_variance", "m must be"),
+        (torch.zeros(2, 4), torch.tensor([2]), "max_variance", "m must be"),
+        (torch.zeros(2, 4), np.int64(5), "max_variance", "m must be"),
         (torch.tensor([[0.0, math.nan, 1.0]]), 2, "max_variance", "NaN"),
         (torch.tensor([[0.0, math.inf, 1.0]]), 2, "max_variance", "NaN or inf"),
         (torch.zeros(2, 3, 4), 2, "max_variance", "dimensions"),
@@ -162,6 +166,13 @@ def test_registry_every_rule_resolves_and_custom_rules_plug_in():
 def test_bad_input_raises_value_error(rewards, m, rule, message):
     with pytest.raises(ValueError, match=message):
         select(rewards, m, rule)
+
+
+@pytest.mark.parametrize("m", [np.int64(2), np.int32(2), torch.tensor(2), torch.tensor(2, dtype=torch.int32)])
+def test_m_may_be_any_integer_type(m):
+    # numpy's integers and a 0-d integer tensor are integers (operator.index), as Python's int is
+    r = torch.tensor([[0.0, 1.0, 0.5, 1.0]])
+    assert select(r, m).tolist() == [[0, 3]]  # max-variance of 2: the lowest and the highest (later index)
 
 
 # --------------------------------------------------------------------------- eligibility

@@ -1,5 +1,7 @@
 """benchmarks/evidence.py: the comparisons' figures and targets on hand-made runs; the confirmation's
-drivers, run with a train that writes made-up metrics."""
+drivers, run with a train that writes made-up metrics; the drivers of the experiments (evidence.py,
+task_selection.py): one line and a non-zero exit on bad arguments, missing or damaged results and
+failed runs, and a resume past a cut-short metrics line."""
 
 import importlib.util
 import json
@@ -221,3 +223,119 @@ def test_the_confirmation_drivers_run_seeds_8_to_15_then_8_to_12_reusing_pods(ev
     # GRPO-GA and PODS learn alike per step; a PODS step costs 2 CPU s, a GRPO-GA step 5: 2.5x
     assert ("| PODS reaches 90% of GRPO-GA's gain at least 1.7x sooner on the training CPU clock, the interval's lower end "
             "above 1.0 | 2.50 [2.50–2.50] (never 0/2000) | met |") in text
+
+
+@pytest.fixture
+def chosen_task(evidence, tmp_path, monkeypatch):
+    """A selection that chose arithmetic_2digit, with the results under tmp_path; returns the results folder."""
+    results = tmp_path / "benchmarks" / "results"
+    selection = results / "task_selection" / "summary.json"
+    selection.parent.mkdir(parents=True)
+    selection.write_text(json.dumps({"chosen": "arithmetic_2digit", "candidates": {"arithmetic_2digit": {"lr": "3e-5"}}}))
+    monkeypatch.setattr(evidence, "ROOT", tmp_path)
+    monkeypatch.setattr(evidence, "SELECTION", selection)
+    return results
+
+
+def one_line(code, err, message):
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("evidence.py: error: ") and message in lines[0], err
+
+
+def test_report_before_a_comparison_has_a_folder_is_one_line(evidence, chosen_task, capsys):
+    code = evidence.main(["report", "b"])
+    one_line(code, capsys.readouterr().err, f"comparison (b) has no runs yet: no folder "
+                                            f"{chosen_task / 'evidence_b_arithmetic_2digit'}")
+
+
+def test_report_of_a_damaged_metrics_line_names_the_file_and_line(evidence, chosen_task, capsys):
+    out = chosen_task / "evidence_a_arithmetic_2digit"
+    for seed in evidence.COMPARISONS["a"]["seeds"]:
+        for method in ("grpo", "pods", "pods-random"):
+            write_run(out / method / f"seed-{seed}", [0.1, 0.3, 0.4], 1.0)
+    metrics = out / "pods" / "seed-1" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text("".join(lines[:2] + ['{"step": 2, "train_sec\n'] + lines[3:]))  # line 3 damaged
+    code = evidence.main(["report", "a"])
+    one_line(code, capsys.readouterr().err, f"{metrics}:3: not a podsrl log record")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["c"], "argument what: invalid choice: 'c'"),
+    (["report", "x"], "argument comparison: invalid choice: 'x'"),
+])
+def test_bad_arguments_are_one_line(evidence, capsys, args, message):
+    one_line(evidence.main(args), capsys.readouterr().err, message)
+
+
+def test_nothing_chosen_yet_is_one_line(evidence, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(evidence, "SELECTION", tmp_path / "summary.json")
+    one_line(evidence.main(["a"]), capsys.readouterr().err, "no benchmark task has been chosen yet")
+
+
+@pytest.fixture
+def selection(monkeypatch, tmp_path):
+    """benchmarks/task_selection.py with one candidate and one rate, its folders under tmp_path."""
+    spec = importlib.util.spec_from_file_location("task_selection", REPO / "benchmarks" / "task_selection.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "CANDIDATES", {"arithmetic_2digit": "configs/arithmetic_2digit.yaml"})
+    monkeypatch.setattr(module, "LRS", ["1e-5"])
+    monkeypatch.setattr(module, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(module, "training_elsewhere", lambda out: False)
+    return module
+
+
+def finished_metrics(steps: int) -> str:
+    return "".join(json.dumps({"step": s, "train_seconds": float(s), "eval_step": s, "eval_accuracy": 0.1}) + "\n"
+                   for s in range(0, steps + 1, 5))
+
+
+def test_task_selection_resumes_a_killed_run_past_its_cut_short_last_metrics_line(selection, monkeypatch, capsys):
+    out = selection.RUNS / "arithmetic_2digit" / "lr1e-5" / "seed-0"
+    (out / "checkpoints" / "step-000010").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text(finished_metrics(10) + '{"step": 11, "train_sec')  # killed while writing
+    commands = []
+
+    def trainer(cmd, **kwargs):  # the resumed run: it finishes, as podsrl train would
+        commands.append(cmd)
+        (out / "metrics.jsonl").write_text(finished_metrics(selection.STEPS))
+        (out / "config.yaml").write_text("seed: 0\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(selection.subprocess, "run", trainer)
+    assert selection.main(["run", "--jobs", "1"]) == 0
+    assert len(commands) == 1 and "resume=true" in commands[0]
+    assert capsys.readouterr().out.startswith("arithmetic_2digit lr=1e-5 seed=0: 0:0.100 5:0.100")
+
+
+def test_task_selection_exits_non_zero_on_a_failed_run_saying_it_on_stderr(selection, monkeypatch, capsys):
+    monkeypatch.setattr(selection.subprocess, "run", lambda cmd, **kwargs: subprocess.CompletedProcess(
+        cmd, 2, "", "loading\npodsrl: error: task.test_size=500 but data holds 300 test problems\n"))
+    assert selection.main(["run"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == ["task_selection.py: error: arithmetic_2digit lr=1e-5 seed=0: the run failed "
+                                         "(exit code 2): podsrl: error: task.test_size=500 but data holds 300 test problems"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "--jobs", "0"], "--jobs must be >= 1, got 0"),
+    (["run", "--stage", "all"], "argument --stage: invalid choice: 'all'"),
+    ([], "the following arguments are required: command"),
+])
+def test_task_selection_bad_arguments_are_one_line(selection, capsys, args, message):
+    code = selection.main(args)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("task_selection.py: error: ") and message in lines[0]
+
+
+def test_task_selection_damaged_metrics_line_is_one_line(selection, capsys):
+    result = selection.RESULTS / "arithmetic_2digit" / "lr1e-5" / "seed-0"
+    result.mkdir(parents=True)
+    (result / "metrics.jsonl").write_text('{"step": 0, "eval_step": 0, "eval_accuracy": 0.1}\nnot json\n{"step": 5}\n')
+    code = selection.main(["report"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and lines == [f"task_selection.py: error: {result / 'metrics.jsonl'}:2: not a podsrl log record "
+                                   "(Expecting value)"]

@@ -120,6 +120,22 @@ def test_gpu_suite_without_a_gpu_needs_the_dry_run(tmp_path):
     assert bad.returncode == 2 and "--steps" in bad.stderr
 
 
+@pytest.mark.parametrize("args,state,message", [
+    (["--steps", "a", "--seeds", "many"], None, "gpu_suite: error: argument --seeds: invalid int value: 'many'"),
+    (["--dry-run", "--frobnicate"], None, "gpu_suite: error: unrecognized arguments: --frobnicate"),
+    (["--dry-run"], '{"settings": {"dry_run": tr', "gpu_suite: error: cannot read "),
+    (["--dry-run"], '[1, 2]', "gpu_suite: error: "),
+])
+def test_bad_arguments_and_a_damaged_state_are_one_line(tmp_path, capsys, args, state, message):
+    suite = suite_module()
+    if state is not None:
+        (tmp_path / "gpu_suite").mkdir()
+        (tmp_path / "gpu_suite" / "state.json").write_text(state)
+    code = suite.main(["--results", str(tmp_path), "--steps", "b", "--tests", "tests/test_advantages.py", *args])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(message), lines
+
+
 def test_estimates_come_from_finished_units_and_a_stopped_one(tmp_path):
     suite = suite_module()
     state = suite.State(tmp_path / "state.json", {"x": 1})

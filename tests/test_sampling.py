@@ -308,9 +308,8 @@ def test_every_option_on_resumes_exactly(tiny_config, tmp_path):
     assert all(r["trained_sequences"] == 2 * 2 for r in a)
 
 
-@pytest.mark.parametrize("rule", ["max_variance", "max_reward", "random", "percentile"])
-def test_every_rule_with_adaptive_n(tiny_config, rule):
-    out = train(tiny_config("adaptive_n=true", "n=8", "m=4", f"rule={rule}", "steps=1", "log_completions=100"))
+def test_adaptive_n_trains_m_of_each_groups_rounds(tiny_config):
+    out = train(tiny_config("adaptive_n=true", "n=8", "m=4", "rule=max_variance", "steps=1", "log_completions=100"))
     row = [r for r in read_metrics(out) if r["step"] == 1][0]
     assert row["trained_sequences"] == 2 * 4 and 2 * 4 <= row["rollouts_generated"] <= 2 * 8
     logged = [json.loads(l) for l in (out / "completions.jsonl").read_text().splitlines()]  # every rollout
@@ -333,6 +332,17 @@ def test_adaptive_n_needs_pods(tiny_config):
 
     with pytest.raises(PodsError, match="adaptive_n needs mode=pods"):
         tiny_config("adaptive_n=true", "mode=grpo")
+
+
+@pytest.mark.parametrize("rule", ["max_reward", "random", "percentile"])
+def test_adaptive_n_with_another_rule_is_refused(tiny_config, rule):
+    """Its stopping rule holds for max-variance selection only: a group of 0/1 rewards stops at
+    [0, 0, 1, 1], where max_reward over all n rollouts could take four 1s (and random or
+    percentile, a subset of all n)."""
+    from podsrl.errors import PodsError
+
+    with pytest.raises(PodsError, match=f"adaptive_n needs rule=max_variance .*rule={rule} selects from all n"):
+        tiny_config("adaptive_n=true", "n=8", "m=4", f"rule={rule}")
 
 
 def test_adaptive_n_refuses_a_reward_without_declared_bounds(tiny_config):

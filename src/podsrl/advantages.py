@@ -29,10 +29,19 @@ def group_advantages(rewards: Tensor, scale: Scale = "group", eps: float = 1e-4)
         eps: added to the std before dividing.
 
     Returns:
-        advantages, same shape and dtype as ``rewards``.
+        advantages, same shape as ``rewards``, and its dtype where that is a float one (integer or
+        bool rewards give float32 advantages).
+
+    Raises:
+        ValueError: on an unknown ``scale``, or rewards that are NaN or infinite (as ``select``).
     """
     if scale not in ("group", "none"):
         raise ValueError(f"scale must be 'group' or 'none', got {scale!r}")
+    rewards = torch.as_tensor(rewards)
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN or inf")
     r = rewards.unsqueeze(0) if rewards.dim() == 1 else rewards  # [B, m]
     constant = (r.amax(-1, keepdim=True) == r.amin(-1, keepdim=True))  # [B, 1]
     centred = r - r.mean(-1, keepdim=True)  # [B, m]

@@ -164,21 +164,26 @@ def save_checkpoint(s, step: int, keep: int = 1, with_optimizer: bool = True) ->
         optimizer = optimizer_state(s.model, s.optimizer)
     acc.wait_for_everyone()
     if acc.is_main_process and error is None:
+        part = "model/"
         try:
             _share_tied(state_dict, acc.unwrap_model(s.model))
             acc.unwrap_model(s.model).save_pretrained(tmp / "model", state_dict=state_dict)
             s.tokenizer.save_pretrained(tmp / "model")
             if optimizer is not None:
-                torch.save(optimizer, tmp / "optimizer.pt")
+                part = "optimizer.pt"
+                with open(tmp / part, "wb") as f:  # a file of ours: torch's error then carries the OSError
+                    torch.save(optimizer, f)
+            part = "trainer_state.json"
             state = {"step": step, "train_seconds": s.train_seconds, "train_cpu_seconds": s.train_cpu_seconds,
                      "sampling": s.sampler.state_dict(),
                      "optimizer": with_optimizer}
-            (tmp / "trainer_state.json").write_text(json.dumps(state))
+            (tmp / part).write_text(json.dumps(state))
+            part = ""
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
         except Exception as e:  # noqa: BLE001 (OSError; torch.save's RuntimeError, safetensors' SafetensorError, ...)
             shutil.rmtree(tmp, ignore_errors=True)
-            error = _write_error(step, root, e)
+            error = _write_error(step, root, e, part)
         else:
             for old in sorted(root.glob("step-*"))[:-keep]:
                 shutil.rmtree(old, ignore_errors=True)
@@ -188,8 +193,21 @@ def save_checkpoint(s, step: int, keep: int = 1, with_optimizer: bool = True) ->
     acc.wait_for_everyone()
 
 
-def _write_error(step: int, root: Path, e: Exception) -> str:
-    return f"cannot write the checkpoint of step {step} to {root}: {getattr(e, 'strerror', None) or first_line(e)}"
+def _write_error(step: int, root: Path, e: Exception, part: str = "") -> str:
+    """What went wrong writing a checkpoint (``part`` of it): the system's reason where the error
+    comes from one (torch.save's "[enforce fail at inline_container.cc]" hides a full disk)."""
+    return f"cannot write the checkpoint of step {step} to {root}{f' ({part})' if part else ''}: {_reason(e)}"
+
+
+def _reason(e: BaseException) -> str:
+    """The reason of the first OSError in ``e``'s chain of causes (without the file name, which the
+    caller gives), else ``e``'s own message."""
+    cause = e
+    while cause is not None:
+        if isinstance(cause, OSError):
+            return cause.strerror or first_line(cause)
+        cause = cause.__cause__ or cause.__context__
+    return first_line(e)
 
 
 def _on_every_rank(acc, error: str | None) -> str | None:
@@ -247,6 +265,16 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` whole: written beside it, then renamed. A write that fails (a
+    full disk, a file-size limit, a folder that cannot be written) leaves ``path`` as it was and
+    raises PodsError naming it."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise PodsError(f"cannot write {path}: {e.strerror or first_line(e)}") from None

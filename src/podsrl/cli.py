@@ -18,10 +18,8 @@ import sys
 import threading
 import time
 
-from podsrl.errors import PodsError, Terminated
+from podsrl.errors import EXIT_INTERRUPTED, ArgumentParser, PodsError, Terminated, one_line_errors
 
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 OTHER_PROCESS_WAIT_S = 5.0
 """Under a launcher, how long a process other than the main one waits before it prints its error:
@@ -65,14 +63,11 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     from podsrl import models
-    from podsrl.config import check_eval_overrides, load_config
     from podsrl.evaluate import evaluate
     from podsrl.rollout import make_engine
     from podsrl.tasks import task_from_config
 
-    path, overrides = _split(args)
-    c = load_config(path, overrides)
-    check_eval_overrides(overrides)
+    c = _eval_config(*_split(args))
     if c.threads:
         import torch
 
@@ -118,6 +113,40 @@ def _sizes(text: str) -> list[int]:
     if not values:
         raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}")
     return sorted(set(values))
+
+
+def _eval_config(path: str | None, overrides: list[str]):
+    """``podsrl eval``'s config. A model saved in a run folder (a checkpoint's ``model/``, a
+    compare run's ``final_model/``) is evaluated on that run's held-out set: the run's ``seed``
+    and its ``task.*`` settings, from its config.yaml, each unless the config file or the overrides
+    give it (any ``task.*`` key: the task); one line on stderr says so."""
+    from dataclasses import fields
+
+    from omegaconf import OmegaConf
+
+    from podsrl.config import TaskConfig, check_eval_overrides, load_config
+    from podsrl.rundir import recorded_config, run_of_model
+
+    c = load_config(path, overrides, evaluating=True)
+    check_eval_overrides(overrides)
+    run = run_of_model(c.model.name_or_path)
+    if run is None:
+        return c
+    recorded = recorded_config(run)
+    given = {o.partition("=")[0].strip().split(".")[0] for o in overrides}
+    given |= set(OmegaConf.to_container(OmegaConf.load(path))) if path else set()
+    task = recorded.get("task") if isinstance(recorded.get("task"), dict) else {}
+    taken = {"seed": recorded.get("seed"), "task": {f.name: task[f.name] for f in fields(TaskConfig) if f.name in task}}
+    taken = {k: v for k, v in taken.items() if k not in given and v not in (None, {})}
+    if not taken:
+        return c
+    c = load_config(path, overrides, defaults=taken, evaluating=True)
+    what = " and ".join(filter(None, [f"seed {c.seed}" if "seed" in taken else "",
+                                      f"task {c.task.name}" + (f" {c.task.dataset}" if c.task.dataset else "")
+                                      if "task" in taken else ""]))
+    print(f"podsrl: note: evaluating on the held-out set of the run in {run}: its {what}, from its config.yaml "
+          "(seed= or task.* overrides choose others)", file=sys.stderr)
+    return c
 
 
 def cmd_tasks(args) -> int:
@@ -206,17 +235,10 @@ def _warn_missing(summary: dict) -> None:
               file=sys.stderr)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error as one ``podsrl: error:`` line and exit code 2."""
-
-    def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"podsrl: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from podsrl import __version__
 
-    parser = _Parser(prog="podsrl", description="RL with verifiable rewards and PODS down-sampling")
+    parser = ArgumentParser(prog="podsrl", description="RL with verifiable rewards and PODS down-sampling")
     parser.add_argument("--version", action="version", version=f"podsrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, text in [
@@ -290,17 +312,21 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:  # `podsrl` alone: what it can do
         build_parser().print_help()
         return 0
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # a usage error (one line, above) or --help
-        return e.code
+    return _run(argv)
+
+
+def _say(line: str, code: int) -> int:
+    return _last_line(line, code)
+
+
+@one_line_errors("podsrl", say=_say)
+def _run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         _quiet_logging()
         return args.fn(args)
-    except PodsError as e:
-        return _last_line(f"podsrl: error: {e}", EXIT_BAD_INPUT)
     except KeyboardInterrupt as e:  # the trainer has already left its folder as a rerun expects it
         terminated = isinstance(e, Terminated)
         code = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED

@@ -125,6 +125,7 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
             *overrides, *methods[method], f"seed={seed}", f"output_dir={out / method / f'seed-{seed}'}", *schedule,
             f"save_every={save_every or 10**9}", f"allow_config_change={allow_config_change}",
         ], baseline=base)  # a setting of the shared config is checked there, for the methods that use it
+    _check_tasks(configs)
     if jobs > 1 and any(c.threads is None for c in configs.values()):
         log.warning(f"--jobs {jobs}: each run uses torch's default threads (one per core); set threads=K so that "
                     f"{jobs} x K fits the cores")
@@ -136,6 +137,25 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
         summary = summarise(out, list(_recorded_methods(out) or methods), seed_list, reference, clock)
         write_reports(out, summary)
     return summary
+
+
+def _check_tasks(configs: dict) -> None:
+    """Build each distinct task of the plan once (its data read, reasoning-gym's settings checked,
+    its held-out set drawn) before any run trains: a method whose task settings are refused is
+    refused before the runs ahead of it have trained."""
+    from podsrl.config import to_dict
+    from podsrl.tasks import task_from_config
+
+    built = set()
+    for (method, seed), c in configs.items():
+        key = json.dumps(to_dict(c)["task"], sort_keys=True)
+        if key in built:
+            continue
+        built.add(key)
+        try:
+            task_from_config(c.task, c.seed)
+        except PodsError as e:
+            raise PodsError(f"method {method!r}: {e}") from None
 
 
 class Budget(NamedTuple):
@@ -210,6 +230,7 @@ def _train_in_processes(todo: list, keep: str, jobs: int) -> None:
     from multiprocessing.connection import wait
 
     ctx = multiprocessing.get_context("spawn")
+    _quiet_resource_tracker()
     queue, running, failure = list(todo), {}, None
     try:
         while queue or running:
@@ -219,29 +240,53 @@ def _train_in_processes(todo: list, keep: str, jobs: int) -> None:
                 process = ctx.Process(target=_run_in_child, args=(send, line, c, run_dir, keep))
                 process.start()
                 send.close()
-                running[process.sentinel] = process, receive
+                running[process.sentinel] = process, receive, run_dir
             for sentinel in wait(list(running)):
-                process, receive = running.pop(sentinel)
-                error = _outcome(process, receive)
+                process, receive, run_dir = running.pop(sentinel)
+                error = _outcome(process, receive, run_dir)
                 if error is not None and failure is None:
                     failure, queue = error, []
     except KeyboardInterrupt as e:
-        for process, _ in running.values():
+        for process, _, _ in running.values():
             process.terminate()
-        kept = [str(error) for error in (_outcome(p, r) for p, r in running.values()) if error is not None and str(error)]
+        kept = [str(error) for error in (_outcome(*run) for run in running.values()) if error is not None and str(error)]
         raise type(e)("; ".join(kept)) from None
     if failure is not None:
         raise failure
 
 
-def _outcome(process, receive) -> BaseException | None:
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (shared by the runs' processes) without its warning
+    about leaked semaphores: a run's process that is killed leaves its semaphores to the tracker,
+    which removes them, and its warning, printed as compare exits, would follow the line that
+    reports the killed run. A tracker already running is left as it is."""
+    import sys
+    from multiprocessing import resource_tracker
+
+    if getattr(resource_tracker._resource_tracker, "_fd", None) is not None:
+        return
+    option = "ignore:resource_tracker:UserWarning"  # passed to the tracker's interpreter as -W
+    sys.warnoptions.append(option)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions.remove(option)
+
+
+def _outcome(process, receive, run_dir: Path) -> BaseException | None:
     """What a child run ended with: None where it finished. Its word is read before it is joined
     (a child blocked on a full pipe would never end)."""
+    import signal
+
     try:
         word = receive.recv()
-    except EOFError:  # it died without a word (killed; its own traceback is on stderr)
+    except EOFError:  # it died without a word: killed (by a signal, the kernel's OOM killer), or its interpreter failed
         process.join()
-        return PodsError(f"a compare run ended with exit code {process.exitcode}")
+        code = process.exitcode
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else \
+            f"ended with exit code {code}"
+        return PodsError(f"the process training {run_dir.parent.name} seed {run_dir.name.removeprefix('seed-')} "
+                         f"({run_dir}) {how}; a rerun resumes it from its last checkpoint, if any")
     process.join()
     return word
 
@@ -666,9 +711,13 @@ def plot(out: Path, summary: dict) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / f".{name}.tmp", dpi=120, format="png")
-        os.replace(out / f".{name}.tmp", out / name)
-        plt.close(fig)
+        try:
+            fig.savefig(out / f".{name}.tmp", dpi=120, format="png")
+            os.replace(out / f".{name}.tmp", out / name)
+        except OSError as e:  # a folder that cannot be written, a full disk
+            raise PodsError(f"cannot write {out / name}: {e.strerror or e}") from None
+        finally:
+            plt.close(fig)
 
 
 def _max(xs):

@@ -41,8 +41,10 @@ class ModelConfig:
     """Recompute each layer's activations in the backward instead of keeping them (TRL's default
     too): a second forward per update for a fraction of the activation memory."""
     load_in_4bit: bool = False
-    """NF4 base weights through bitsandbytes under LoRA (QLoRA); ``pip install 'podsrl[qlora]'``.
-    On a CUDA GPU, or on the CPU with bitsandbytes' CPU kernels (computing in float32 there)."""
+    """NF4 base weights through bitsandbytes under LoRA (QLoRA; ``podsrl eval`` also without LoRA);
+    ``pip install 'podsrl[qlora]'``. On a CUDA GPU, or on the CPU with bitsandbytes' CPU kernels
+    (computing in float32 there; every quantised layer's input width a multiple of their 4-bit
+    block of 64 weights)."""
 
 
 @dataclass
@@ -144,7 +146,7 @@ class Config:
     rule: str = "max_variance"
     """Down-sampling rule (podsrl.downsample.RULES)."""
     adaptive_n: bool = False
-    """pods: generate each prompt's rollouts in rounds of ``adaptive_round`` and stop a prompt once
+    """pods with rule=max_variance: generate each prompt's rollouts in rounds of ``adaptive_round`` and stop a prompt once
     more rollouts cannot change the rewards it trains on (it holds m/2 rewards at each end of the
     rewards' declared range: for 0/1 rewards, m/2 of each value); ``n`` is then the most a prompt
     takes (podsrl.sampling). Each reward function must declare its ``bounds``."""
@@ -300,13 +302,17 @@ class Config:
     """Rollout generation (:class:`RolloutConfig`)."""
 
 
-def load_config(path: str | None = None, overrides: list[str] = (), baseline: Config | None = None) -> Config:
-    """Defaults, then the YAML file, then ``key=value`` overrides (a later one of a key wins);
-    unknown keys are errors. A value of a text setting is taken as written (``output_dir=010`` is
-    the folder ``010``, not 8). A setting that differs from ``baseline`` (default: the defaults)
-    is refused where it cannot apply (:data:`APPLIES_WITH`)."""
+def load_config(path: str | None = None, overrides: list[str] = (), baseline: Config | None = None,
+                defaults: dict | None = None, evaluating: bool = False) -> Config:
+    """Defaults (the schema's, then ``defaults``: a nested dict of settings), then the YAML file,
+    then ``key=value`` overrides (a later one of a key wins); unknown keys are errors. A value of a
+    text setting is taken as written (``output_dir=010`` is the folder ``010``, not 8). A setting
+    that differs from ``baseline`` (default: the defaults) is refused where it cannot apply
+    (:data:`APPLIES_WITH`); ``evaluating``: the config of ``podsrl eval``, which trains nothing."""
     try:
         merged = OmegaConf.structured(Config)
+        if defaults:
+            merged = OmegaConf.merge(merged, defaults)
         if path is not None:
             if not Path(path).is_file():
                 raise PodsError(f"config file not found: {path}")
@@ -315,7 +321,7 @@ def load_config(path: str | None = None, overrides: list[str] = (), baseline: Co
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise PodsError(_config_message(e)) from None
-    validate(config, baseline)
+    validate(config, baseline, evaluating)
     return config
 
 
@@ -443,10 +449,10 @@ def _did_you_mean(key: str | None) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def validate(c: Config, baseline: Config | None = None) -> None:
+def validate(c: Config, baseline: Config | None = None, evaluating: bool = False) -> None:
     """Every value checked, in one place: finite numbers, ranges, names, cross-field rules, and no
     setting given (differing from ``baseline``, default: the defaults) where it cannot apply. What
-    passes here trains; what fails is one clear message naming the key."""
+    passes here trains (``evaluating``: evaluates); what fails is one clear message naming the key."""
     from podsrl.downsample import RULES
     from podsrl.rewards import load_reward
 
@@ -465,6 +471,9 @@ def validate(c: Config, baseline: Config | None = None) -> None:
     need(c.rule in RULES, f"unknown rule {c.rule!r}; known: {', '.join(sorted(RULES))}")
     need(not c.adaptive_n or c.mode == "pods",
          f"adaptive_n needs mode=pods (it stops a prompt once its m trained rewards are settled); mode={c.mode} trains all n")
+    need(not c.adaptive_n or c.rule == "max_variance",
+         f"adaptive_n needs rule=max_variance (it stops a prompt once max-variance selection's m rewards are settled; "
+         f"rule={c.rule} selects from all n); leave adaptive_n out, or use rule=max_variance")
     need(c.adaptive_round is None or 1 <= c.adaptive_round <= c.n,
          f"adaptive_round must be in 1..n, got {c.adaptive_round}")
     need(0 < c.prompt_filter_target < 1, f"prompt_filter_target must be in (0, 1), got {c.prompt_filter_target}")
@@ -516,7 +525,7 @@ def validate(c: Config, baseline: Config | None = None) -> None:
     need(mo.lora_r >= 0, "model.lora_r must be >= 0")
     need(mo.lora_alpha > 0, f"model.lora_alpha must be > 0, got {mo.lora_alpha}")
     need(0 <= mo.lora_dropout < 1, f"model.lora_dropout must be in [0, 1), got {mo.lora_dropout}")
-    need(not mo.load_in_4bit or mo.lora_r > 0, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
+    need(not mo.load_in_4bit or mo.lora_r > 0 or evaluating, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
     need(not (mo.load_in_4bit and r.engine == "vllm"),
          "model.load_in_4bit works with rollout.engine=hf; vLLM would need the unquantised weights")
     t = c.task
@@ -536,9 +545,12 @@ def validate(c: Config, baseline: Config | None = None) -> None:
     _check_applies(c, baseline or Config())
 
 
+VLLM_ONLY = ("rollout.gpu_memory_utilization", "rollout.kv_cache_mb", "rollout.sleep", "rollout.dtype",
+             "vllm_importance_sampling_correction", "vllm_importance_sampling_cap", "vllm_importance_sampling_mode")
+"""Settings of the vLLM engine (and of the correction for its sampling): the HF engine samples
+from the policy itself, so with it they would be recorded and do nothing."""
 APPLIES_WITH = (  # (keys, what they need, the key that decides, whether this config has it)
-    (("rollout.gpu_memory_utilization", "rollout.kv_cache_mb", "rollout.sleep"), "rollout.engine=vllm",
-     "rollout.engine", lambda c: c.rollout.engine == "vllm"),
+    (VLLM_ONLY, "rollout.engine=vllm", "rollout.engine", lambda c: c.rollout.engine == "vllm"),
     (("rollout.batch_size", "rollout.share_prompt_cache", "rollout.decoder"), "rollout.engine=hf",
      "rollout.engine", lambda c: c.rollout.engine == "hf"),
     (("model.lora_alpha", "model.lora_dropout", "model.lora_target_modules"), "LoRA (model.lora_r > 0)",

@@ -17,6 +17,7 @@ applies any registered rule to the eligible rollouts.
 
 from __future__ import annotations
 
+import operator
 from typing import Callable
 
 import torch
@@ -49,7 +50,8 @@ def select(
 
     Args:
         rewards: float tensor ``[B, n]`` (B groups of n rollouts) or ``[n]`` (one group).
-        m: rollouts kept per group, ``1 <= m <= n``. ``m == n`` returns every index in order.
+        m: rollouts kept per group, an integer ``1 <= m <= n`` (Python's, numpy's, or a 0-d integer
+            tensor). ``m == n`` returns every index in order.
         rule: a name in :data:`RULES` (``max_variance``, ``max_reward``, ``random``, ``percentile``).
         generator: random source for stochastic rules.
         eligible: optional bool tensor shaped like ``rewards``, False for rollouts that cannot
@@ -64,14 +66,19 @@ def select(
     Raises:
         ValueError: on a wrong shape, non-finite rewards, ``m`` outside ``1..n`` or an unknown rule.
     """
-    rewards = torch.as_tensor(rewards)
+    rewards, shown = torch.as_tensor(rewards), m
     if rewards.dim() not in (1, 2):
         raise ValueError(f"rewards must be [n] or [B, n], got {rewards.dim()} dimensions")
     if not rewards.is_floating_point():
         rewards = rewards.float()
     n = rewards.shape[-1]
-    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= n:
-        raise ValueError(f"m must be an integer in 1..n = 1..{n}, got {m!r}")
+    try:  # any integer: numpy's, a 0-d integer tensor (never a bool or a float)
+        whole = not isinstance(m, bool) and getattr(m, "dtype", None) != torch.bool and getattr(m, "ndim", 0) == 0
+        m = operator.index(m) if whole else None
+    except TypeError:
+        m = None
+    if m is None or not 1 <= m <= n:
+        raise ValueError(f"m must be an integer in 1..n = 1..{n}, got {shown!r}")
     if rule not in RULES:
         raise ValueError(f"unknown down-sampling rule {rule!r}; known: {', '.join(sorted(RULES))}")
     if not torch.isfinite(rewards).all():

@@ -1,4 +1,15 @@
-"""The one exception type for bad user input: the CLI prints its message on one line and exits 2."""
+"""Bad input as one line: the exception type for it, and the one way every command-line entry
+point (``podsrl`` and the benchmark drivers) turns it into ``NAME: error: ...`` and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import Callable
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
 class PodsError(Exception):
@@ -12,3 +23,51 @@ class Terminated(KeyboardInterrupt):
 def first_line(e: BaseException) -> str:
     """An exception's message on one line (its type's name where it has none)."""
     return (str(e).strip() or type(e).__name__).splitlines()[0]
+
+
+def os_error_text(e: OSError) -> str:
+    """An OSError in words: the file it concerns and the system's reason (``/x/y: No space left
+    on device``), without Python's ``[Errno 28]``."""
+    reason = e.strerror or first_line(e)
+    return f"{e.filename}: {reason}" if e.filename is not None else reason
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with a usage error as one ``PROG: error: ...`` line and exit code 2 (PROG: the
+    program's name, also in a subcommand's error)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog.split()[0]}: error: {message} (see {self.prog} --help)\n")
+
+
+def _say(line: str, code: int) -> int:
+    print(line, file=sys.stderr)
+    return code
+
+
+def one_line_errors(prog: str, say: Callable[[str, int], int] = _say):
+    """Decorator of a command-line ``main``: a :class:`PodsError` or an ``OSError`` it raises (a
+    missing or damaged file, a full disk, a folder that cannot be written) becomes the one line
+    ``PROG: error: ...`` and exit code 2; argparse's exits (``--help``, a usage error as one
+    line with :class:`ArgumentParser`) and Ctrl-C (``PROG: interrupted``, 130) end it too, without
+    a traceback. ``main`` returns its exit code (None: 0). ``say(line, code)`` prints the line and
+    returns the code (the CLI's waits under a launcher)."""
+
+    def decorate(main: Callable[..., int | None]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def run(*args, **kwargs) -> int:
+            try:
+                code = main(*args, **kwargs)
+            except PodsError as e:
+                return say(f"{prog}: error: {e}", EXIT_BAD_INPUT)
+            except OSError as e:
+                return say(f"{prog}: error: {os_error_text(e)}", EXIT_BAD_INPUT)
+            except SystemExit as e:  # argparse: --help, or a usage error already printed
+                return e.code if isinstance(e.code, int) else (0 if e.code is None else say(str(e.code), 1))
+            except KeyboardInterrupt as e:
+                return say("; ".join(filter(None, [f"{prog}: interrupted", str(e)])), EXIT_INTERRUPTED)
+            return 0 if code is None else code
+
+        return run
+
+    return decorate

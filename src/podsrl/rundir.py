@@ -82,15 +82,17 @@ class RunFolder:
             os.close(self._fd)
             self._fd = None
 
-    def kept(self) -> str:
-        """What a run that stopped early left in its folder, in words ("" where it left nothing)."""
+    def kept(self, save_every: int = 0) -> str:
+        """What a run that stopped early left in its folder, in words ("" where it left nothing);
+        ``save_every``: the run's (where it is 0, saving periodically is suggested)."""
         checkpoint = latest_checkpoint(self.path)
         if checkpoint is not None:
             return (f"{self.path} keeps its metrics and the checkpoint of step {int(checkpoint.name[5:])} "
                     "(resume=true continues from it)")
         if self.logged_step:
-            return (f"{self.path} keeps the metrics of steps 1-{self.logged_step} and no checkpoint (save_every saves "
-                    "one): a rerun starts it again")
+            advice = "" if save_every else " (save_every saves one)"
+            return (f"{self.path} keeps the metrics of steps 1-{self.logged_step} and no checkpoint{advice}: a rerun "
+                    "starts it again")
         return ""
 
 
@@ -153,7 +155,10 @@ def comparison_lock(out: Path):
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PodsError(f"cannot write --out {out}: {e.strerror or e}") from None
-    fd, _ = _lock(out, COMPARE_LOCK, "--out {path} is in use by another podsrl compare")
+    try:
+        fd, _ = _lock(out, COMPARE_LOCK, "--out {path} is in use by another podsrl compare")
+    except OSError as e:  # a folder that cannot be written
+        raise PodsError(f"cannot write --out {out}: {e.strerror or e}") from None
     try:
         yield
     finally:
@@ -238,6 +243,19 @@ def recorded_config(path: Path) -> dict | None:
     if not isinstance(loaded, dict):
         raise PodsError(f"{file} is not a podsrl config")
     return loaded
+
+
+def run_of_model(model: str) -> Path | None:
+    """The run folder a model folder was saved from, where it lies in one with a ``config.yaml``:
+    a checkpoint's ``<run>/checkpoints/step-N/model``, or a compare run's ``<run>/final_model``."""
+    path = Path(model).expanduser()
+    if path.name == "model" and path.parent.name.startswith("step-") and path.parent.parent.name == "checkpoints":
+        run = path.parent.parent.parent
+    elif path.name == "final_model":
+        run = path.parent
+    else:
+        return None
+    return run if (run / "config.yaml").is_file() else None
 
 
 def check_same_config(path: Path, c, what: str, shorter: bool = True) -> None:

@@ -3,8 +3,9 @@
 The trainer asks :meth:`Sampler.step_groups` for a step's groups. With the options below off, that
 is the step the paper runs: the next ``prompts_per_step`` prompts of the training stream (this
 process's share of them), ``n`` rollouts each, scored while they are generated. Three options, off
-by default, spend generation where it teaches; they compose with one another, with every
-down-sampling rule and with several processes:
+by default, spend generation where it teaches; they compose with one another and with several
+processes, and all but ``adaptive_n`` with every down-sampling rule (its stopping rule is
+max-variance selection's; the config refuses it with another rule):
 
 1. ``adaptive_n`` (rounds, as in Reinforce-Ada, arXiv 2510.04996): a prompt's rollouts come in
    rounds of ``adaptive_round`` (default m), later rounds batching only the prompts still running.

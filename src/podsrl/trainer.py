@@ -43,7 +43,7 @@ from podsrl.advantages import group_advantages
 from podsrl.checkpoint import load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic
 from podsrl.config import Config, flat_keys, to_dict, to_yaml, trained_per_prompt
 from podsrl.downsample import select
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, os_error_text
 from podsrl.evaluate import evaluate
 from podsrl.logprobs import completion_logprobs, lean_head
 from podsrl.loss import policy_loss
@@ -398,9 +398,12 @@ def train(c: Config, accelerator: Accelerator | None = None) -> Path:
         with s.run.cleanup_on_failure():
             out = _train(s, c)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
-        raise type(e)(s.run.kept()) from None
+        raise type(e)(s.run.kept(c.save_every)) from None
     except PodsError as e:
-        raise PodsError("; ".join(filter(None, [str(e), s.run.kept()]))) from None
+        raise PodsError("; ".join(filter(None, [str(e), s.run.kept(c.save_every)]))) from None
+    except OSError as e:  # a full disk, a file-size limit: the run's files cannot be written
+        raise PodsError("; ".join(filter(None, [f"cannot write to {s.output_dir}: {os_error_text(e)}",
+                                                s.run.kept(c.save_every)]))) from None
     finally:
         s.scorer.close()  # the reward workers end with the run
     s.run.release()
@@ -440,11 +443,9 @@ def _train(s: Setup, c: Config) -> Path:
         _loop(s, c, metrics_file, bar, last_eval)
     finally:  # a clean line for whatever is printed next, an error included
         bar.close()
-        if metrics_file:
-            metrics_file.close()
-        for file in (s.completions_log, s.eval_log):
+        for file in (metrics_file, s.completions_log, s.eval_log):
             if file:
-                file.close()
+                _close(file)
     if c.report_to:
         acc.end_training()
     return out
@@ -492,8 +493,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             last_eval = _evaluate(s, c, step, metrics_file=None)
             record.update(last_eval)
         if acc.is_main_process:
-            metrics_file.write(json.dumps(_jsonable(record)) + "\n")
-            metrics_file.flush()
+            write_lines(metrics_file, [_jsonable(record)])
         s.run.logged_step = step
         if s.completions_log:  # this process's prompts: the main process's, the first of the step
             _log_completions(s.completions_log, c, step, groups, chosen)
@@ -516,7 +516,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             record = {"step": step, "train_seconds": s.train_seconds, "train_cpu_seconds": s.train_cpu_seconds,
                       **_evaluate(s, c, step, None)}
             if acc.is_main_process:
-                metrics_file.write(json.dumps(_jsonable(record)) + "\n")
+                write_lines(metrics_file, [_jsonable(record)])
         save_checkpoint(s, step, with_optimizer=keeps_optimizer(c))
 
 
@@ -541,13 +541,33 @@ def _log_completions(file, c: Config, step: int, groups: Groups, chosen: Selecte
     advantage = dict(zip(chosen.rows.tolist(), chosen.advantages.flatten().tolist()))
     owner = [p for p, size in enumerate(groups.sizes) for _ in range(size)]  # row -> its group
     rewards = [r for p, size in enumerate(groups.sizes) for r in groups.rewards[p, :size].tolist()]
+    lines = []
     for row in range(min(c.log_completions, len(owner))):
         problem = groups.problems[owner[row]]
-        file.write(json.dumps({
+        lines.append({
             "step": step, "question": problem.question, "answer": problem.answer, "completion": groups.rollouts.texts[row],
             "reward": rewards[row], "selected": row in advantage, "advantage": advantage.get(row),
-        }) + "\n")
-    file.flush()
+        })
+    write_lines(file, lines)
+
+
+def write_lines(file: TextIO, records: list[dict]) -> None:
+    """Append one JSON line per record to a run's log and flush it; a write that fails (a full
+    disk, a file-size limit) raises PodsError naming the file."""
+    try:
+        file.writelines(json.dumps(r) + "\n" for r in records)
+        file.flush()
+    except OSError as e:
+        raise PodsError(f"cannot write {file.name}: {e.strerror or e}") from None
+
+
+def _close(file: TextIO) -> None:
+    """Close a run's log; what a failed write left in its buffer is dropped (the write's error is
+    the one to report)."""
+    try:
+        file.close()
+    except OSError:
+        pass
 
 
 def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
@@ -558,12 +578,10 @@ def _evaluate(s: Setup, c: Config, step: int, metrics_file) -> dict:
                                      progress=c.progress and s.accelerator.is_main_process)
     result = {"eval_accuracy": accuracy, "eval_seconds": time.perf_counter() - t, "eval_step": step}
     if s.eval_log:  # the main process's share of the held-out problems, the first of them
-        s.eval_log.writelines(json.dumps({"step": step, **sample}) + "\n" for sample in samples)
-        s.eval_log.flush()
+        write_lines(s.eval_log, [{"step": step, **sample} for sample in samples])
     if metrics_file is not None:
-        metrics_file.write(json.dumps({"step": step, "train_seconds": s.train_seconds,
-                                       "train_cpu_seconds": s.train_cpu_seconds, **result}) + "\n")
-        metrics_file.flush()
+        write_lines(metrics_file, [{"step": step, "train_seconds": s.train_seconds,
+                                    "train_cpu_seconds": s.train_cpu_seconds, **result}])
     if s.accelerator.is_main_process:
         log.info("step %d: held-out accuracy %.3f", step, accuracy)
     return result
