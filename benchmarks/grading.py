@@ -13,7 +13,7 @@ Held-out completions are built from the golds of MATH-500 (``test.jsonl``: ``ans
   equals the gold's (``0`` negated, ``\\sqrt{1}``) is left out.
 
 Both graders see the same texts: podsrl through ``accuracy_reward`` in one batch (the fast path
-in-process, the rest on the reward pool, as in training); math-verify as its users call it,
+in-process, the rest on the reward pool, with the question column as in training); math-verify as its users call it,
 ``verify(parse("$gold$"), parse(completion))``. Also graded: the hand-written cases of
 tests/test_grading_classes.py (the classes of issue 53) and tests/test_grading_peer.py (one class
 per class of math-verify's own test suite), against the verdict the mathematics gives.
@@ -179,9 +179,9 @@ def build(problems: list[dict], dataset: str, seed: int) -> list[dict]:
     for i, p in enumerate(problems):
         other = problems[(i + 1 + rng.randrange(max(len(problems) - 1, 1))) % len(problems)]
         for name, text in right_completions(p, dataset):
-            items.append({"class": name, "right": True, "completion": text, "gold": p["gold"]})
+            items.append({"class": name, "right": True, "completion": text, "gold": p["gold"], "question": p["question"]})
         for name, text in wrong_completions(p, other, dataset, rng):
-            items.append({"class": name, "right": False, "completion": text, "gold": p["gold"]})
+            items.append({"class": name, "right": False, "completion": text, "gold": p["gold"], "question": p["question"]})
     return items
 
 
@@ -201,7 +201,8 @@ def grade(items: list[dict]) -> None:
     """Each item's ``podsrl`` and ``math_verify`` verdicts, in place."""
     from podsrl.rewards import accuracy_reward
 
-    scores = accuracy_reward([it["completion"] for it in items], [it["gold"] for it in items])
+    scores = accuracy_reward([it["completion"] for it in items], [it["gold"] for it in items],
+                             question=[it.get("question") for it in items])
     for it, s in zip(items, scores):
         it["podsrl"] = s == 1.0
         it["math_verify"] = math_verify_pays(it["completion"], it["gold"])
@@ -225,13 +226,13 @@ def timing(items: list[dict]) -> dict:
     previous = signal.signal(signal.SIGPROF, _stop)  # a CPU-time limit: math-verify's own timeouts use SIGALRM
     try:
         for it in items:
-            columns = {"answer": it["gold"], "entry": None}
+            columns = {"answer": it["gold"], "entry": None, "question": it.get("question")}
             args = [columns.get(k) for k in spec.columns] if spec else []
             cpu = time.process_time()
             signal.setitimer(signal.ITIMER_PROF, CALL_LIMIT_S)
             try:
                 if spec is None:
-                    accuracy_reward([it["completion"]], [it["gold"]])
+                    accuracy_reward([it["completion"]], [it["gold"]], question=[it.get("question")])
                 else:
                     start = time.perf_counter()
                     decided = spec.fast(it["completion"], *args)

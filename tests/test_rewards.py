@@ -476,3 +476,24 @@ def test_the_arithmetic_task_never_pays_its_question_restated():
     assert accuracy_reward([q.rstrip(" =") for q in questions], [p.answer for p in exposed]) == [0.0] * len(exposed)
     stated = [f"{p.question} {p.answer}" for p in exposed]
     assert accuracy_reward(stated, [p.answer for p in exposed]) == [1.0] * len(exposed)
+
+
+@pytest.mark.parametrize("completion,question,gold,paid", [
+    ("How many are left of the remaining 284?", "Tom had 300. How many are left of the remaining 284?", "284", False),
+    ("Tom had 300. How many are left of the remaining 284", "Tom had 300. How many are left of the remaining 284?", "284", False),
+    ("284", "How many are left of the remaining 284?", "284", True),  # a bare number is an answer
+    ("So there are 284 left", "How many are left of the remaining 284?", "284", True),  # its own words
+    ("The answer is 284.", "How many are left of the remaining 284?", "284", True),  # marked
+])
+def test_an_unmarked_number_copied_from_the_question_is_no_answer(completion, question, gold, paid):
+    assert accuracy_reward([completion], [gold], question=[question]) == [float(paid)]
+    assert accuracy_reward([completion], [gold]) == [1.0]  # without the question, its last number counts
+
+
+def test_without_a_question_column_the_prompt_is_what_a_copy_is_checked_against():
+    """TRL passes ``prompts`` (text, or conversational messages) and the data set's columns."""
+    question = "Tom had 300. How many are left of the remaining 284?"
+    chat = [{"role": "system", "content": "Answer."}, {"role": "user", "content": question}]
+    for prompt in (f"<|user|>{question}<|assistant|>", chat):
+        assert accuracy_reward(["left of the remaining 284"], ["284"], prompts=[prompt]) == [0.0]
+        assert accuracy_reward(["284"], ["284"], prompts=[prompt]) == [1.0]

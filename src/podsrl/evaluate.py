@@ -47,7 +47,7 @@ def evaluate(
             texts = engine.generate(prompts, 1, temperature, max_new_tokens,
                                     on_chunk=lambda first, done, ids: bar.update(len(done))).texts
         scores = accuracy_reward(texts, [p.answer for p in mine], [p.entry for p in mine],
-                                 [p.require_marker for p in mine])
+                                 [p.require_marker for p in mine], [p.question for p in mine])
     counts = torch.tensor([sum(r == 1.0 for r in scores), len(mine)], dtype=torch.float64)
     if accelerator is not None and world > 1:
         counts = accelerator.reduce(counts.to(accelerator.device), reduction="sum").cpu()

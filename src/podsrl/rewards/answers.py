@@ -150,10 +150,15 @@ def marked_answer(text: str) -> str | None:
 _BINARY_BEFORE = re.compile(r"(?:\d|\))\s*(?:[-+*/×÷]|\\times|\\cdot|\\div)\s*$")
 
 
-def stated_number(text: str) -> str | None:
+_TOKENS = re.compile(r"\w+|[^\w\s]")
+_COPY_CONTEXT = 4  # tokens before a number that, found in the question with it, make it a copy
+
+
+def stated_number(text: str, question: str | None = None) -> str | None:
     """The last number of an unmarked completion, where it states a result: not the operand of an
     arithmetic operator (``0 + 5``), not followed by an operator or ``=`` (``0 + 5 =``), not an
-    item of a comma-separated list (``(3, 5)``). None otherwise."""
+    item of a comma-separated list (``(3, 5)``), not copied from the ``question`` (the number with
+    the words before it, as the question has them: "... of the remaining 284?"). None otherwise."""
     matches = list(_NUMBER.finditer(text))
     if not matches:
         return None
@@ -163,7 +168,18 @@ def stated_number(text: str) -> str | None:
         return None
     if re.search(r"\d\s*,\s*$", before) or re.match(r"\s*,\s*-?\d", after):
         return None
+    if question and copied(before, last.group(), question):
+        return None
     return last.group().replace(",", "")
+
+
+def copied(before: str, number: str, question: str) -> bool:
+    """Whether ``number``, with the few words written before it, stands so in ``question``."""
+    context = _TOKENS.findall(before.lower())[-_COPY_CONTEXT:]
+    if not context:
+        return False  # a bare number is an answer, whatever the question holds
+    phrase = " ".join(context + _TOKENS.findall(number.lower()))
+    return phrase in " ".join(_TOKENS.findall(question.lower()))
 
 
 def last_number(text: str) -> str | None:
@@ -172,13 +188,13 @@ def last_number(text: str) -> str | None:
     return numbers[-1].replace(",", "") if numbers else None
 
 
-def extract_answer(text: str, require_marker: bool = False) -> str | None:
+def extract_answer(text: str, require_marker: bool = False, question: str | None = None) -> str | None:
     """The final answer of a completion: its :func:`marked_answer`, else (unless ``require_marker``)
-    its :func:`stated_number`. None when the completion holds no answer."""
+    its :func:`stated_number` (not one copied from ``question``). None when it holds no answer."""
     marked = marked_answer(text)
     if marked is not None or require_marker:
         return marked
-    return stated_number(text)
+    return stated_number(text, question)
 
 
 # --------------------------------------------------------------------------- plain numbers
@@ -362,9 +378,9 @@ def literal_equal(gold: str, answer: str) -> bool:
 # --------------------------------------------------------------------------- grading
 
 
-def fast_match(completion: str, gold: str, require_marker: bool = False) -> bool | None:
+def fast_match(completion: str, gold: str, require_marker: bool = False, question: str | None = None) -> bool | None:
     """True/False when decided without math-verify; None when math-verify must decide."""
-    return compare_fast(extract_answer(completion, require_marker), gold)
+    return compare_fast(extract_answer(completion, require_marker, question), gold)
 
 
 def compare_fast(answer: str | None, gold: str) -> bool | None:
@@ -519,10 +535,10 @@ def _verified(gold: str, answer: str) -> bool:
     return bool(verify(g, p, timeout_seconds=None))
 
 
-def verify_answer(completion: str, gold: str, require_marker: bool = False) -> bool:
+def verify_answer(completion: str, gold: str, require_marker: bool = False, question: str | None = None) -> bool:
     """Whether the final answer of ``completion`` equals ``gold`` (slow; unbounded: call it
     through the reward pool)."""
-    return compare(extract_answer(completion, require_marker), gold)
+    return compare(extract_answer(completion, require_marker, question), gold)
 
 
 def compare(answer: str | None, gold: str) -> bool:
