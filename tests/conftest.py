@@ -86,6 +86,18 @@ def save_tiny_llama(folder, hidden_size: int = 32, num_attention_heads: int = 4,
     return str(folder)
 
 
+@pytest.fixture
+def unhurried_pool():
+    """The reward pool with a bound far above any grade's cost, for tests that check grades: a
+    loaded machine may take several times the default bound on a hard MATH-500 answer (the bound
+    itself is tested in test_scoring.py)."""
+    from podsrl.rewards import pool
+
+    pool.configure(timeout=60.0)
+    yield
+    pool.configure()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """A 2-layer Llama (random weights) saved with the embedded model's tokenizer."""

@@ -16,16 +16,10 @@ from functools import lru_cache
 import pytest
 
 from podsrl.rewards import accuracy_reward, answer_matches
-from podsrl.rewards import pool
 from podsrl.tasks import arithmetic
 
 
-@pytest.fixture(autouse=True)
-def unhurried_pool():
-    """A pool bound far above any grade's cost: these tests check grades, not the bound."""
-    pool.configure(timeout=60.0)
-    yield
-    pool.configure()
+pytestmark = pytest.mark.usefixtures("unhurried_pool")  # grades, not the pool's bound (conftest)
 
 
 # (completion, gold, should_pay), by class; each verdict from the values written.

@@ -13,15 +13,9 @@ benchmarks/grading.py reports how podsrl and math-verify grade each class.
 import pytest
 
 from podsrl.rewards import accuracy_reward, answer_matches
-from podsrl.rewards import pool
 
 
-@pytest.fixture(autouse=True)
-def unhurried_pool():
-    """A pool bound far above any grade's cost: these tests check grades, not the bound."""
-    pool.configure(timeout=60.0)
-    yield
-    pool.configure()
+pytestmark = pytest.mark.usefixtures("unhurried_pool")  # grades, not the pool's bound (conftest)
 
 
 # (completion, gold, should_pay), by math-verify's class.

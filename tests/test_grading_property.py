@@ -19,18 +19,12 @@ from hypothesis import strategies as st
 from math_verify import parse, verify
 
 from podsrl.rewards import answer_matches
-from podsrl.rewards import pool
 
 PROFILE = settings(max_examples=300, derandomize=True, deadline=None, database=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
-@pytest.fixture(autouse=True)
-def unhurried_pool():
-    """A pool bound far above any grade's cost: these tests check grades, not the bound."""
-    pool.configure(timeout=60.0)
-    yield
-    pool.configure()
+pytestmark = pytest.mark.usefixtures("unhurried_pool")  # grades, not the pool's bound (conftest)
 
 
 def math_verify_pays(gold: str, answer: str) -> bool:

@@ -9,18 +9,10 @@ import pytest
 from conftest import REPO, SHARED_DATA
 from podsrl.errors import PodsError
 from podsrl.rewards import REWARDS, accuracy_reward, answer_matches, extract_answer, load_reward
-from podsrl.rewards import pool
 from podsrl.rewards.answers import as_number, fast_match, gold_answer, implausible, verify_answer
 
 
-@pytest.fixture(autouse=True)
-def unhurried_pool():
-    """A pool bound far above any grade's cost: these tests check grades, and a loaded machine may
-    take several times the default bound on a hard MATH-500 answer (the bound itself is tested in
-    test_scoring.py)."""
-    pool.configure(timeout=60.0)
-    yield
-    pool.configure()
+pytestmark = pytest.mark.usefixtures("unhurried_pool")  # grades, not the pool's bound (conftest)
 
 
 @pytest.mark.parametrize(
@@ -484,6 +476,8 @@ def test_the_arithmetic_task_never_pays_its_question_restated():
     ("284", "How many are left of the remaining 284?", "284", True),  # a bare number is an answer
     ("So there are 284 left", "How many are left of the remaining 284?", "284", True),  # its own words
     ("The answer is 284.", "How many are left of the remaining 284?", "284", True),  # marked
+    ("passes through $F_1$ and $F_2$ and lies", "through $F_1$ and $F_2$ and lies tangent", "2", False),  # a subscript
+    ("in the interval $p \\leq x\\leq15.$", "Find f(x) in the interval $p \\leq x\\leq15.$", "15", False),
 ])
 def test_an_unmarked_number_copied_from_the_question_is_no_answer(completion, question, gold, paid):
     assert accuracy_reward([completion], [gold], question=[question]) == [float(paid)]

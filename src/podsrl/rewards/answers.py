@@ -150,8 +150,7 @@ def marked_answer(text: str) -> str | None:
 _BINARY_BEFORE = re.compile(r"(?:\d|\))\s*(?:[-+*/×÷]|\\times|\\cdot|\\div)\s*$")
 
 
-_TOKENS = re.compile(r"\w+|[^\w\s]")
-_COPY_CONTEXT = 4  # tokens before a number that, found in the question with it, make it a copy
+_COPY_CONTEXT = 12  # characters (white space aside) before a number that, in the question with it, make it a copy
 
 
 def stated_number(text: str, question: str | None = None) -> str | None:
@@ -174,12 +173,13 @@ def stated_number(text: str, question: str | None = None) -> str | None:
 
 
 def copied(before: str, number: str, question: str) -> bool:
-    """Whether ``number``, with the few words written before it, stands so in ``question``."""
-    context = _TOKENS.findall(before.lower())[-_COPY_CONTEXT:]
+    """Whether ``number``, with the characters written before it, stands so in ``question`` (white
+    space and case aside)."""
+    squeeze = lambda text: re.sub(r"\s+", "", text.lower())
+    context = squeeze(before)[-_COPY_CONTEXT:]
     if not context:
         return False  # a bare number is an answer, whatever the question holds
-    phrase = " ".join(context + _TOKENS.findall(number.lower()))
-    return phrase in " ".join(_TOKENS.findall(question.lower()))
+    return context + squeeze(number) in squeeze(question)
 
 
 def last_number(text: str) -> str | None:
