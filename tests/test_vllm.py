@@ -380,7 +380,8 @@ def test_vllm_samples_from_the_updated_policy(policy, engine):
 @needs_vllm
 def test_vllm_returns_the_sampled_tokens_logprobs_and_the_correction_is_one_for_the_same_policy(policy, engine):
     """The rollouts carry vLLM's log-probs of its sampled tokens (0 at padding), the policy's own
-    within the tolerance above; the correction's weights are then 1 to within 1e-4 on average."""
+    within the tolerance above; the correction's weights are then 1 to within 1e-4 a token on
+    average: per token, and per sequence (the product of up to 12 tokens' weights: 12e-4)."""
     from podsrl.loss import policy_loss
 
     model, tokenizer, prompts = policy
@@ -388,10 +389,12 @@ def test_vllm_returns_the_sampled_tokens_logprobs_and_the_correction_is_one_for_
     ours = completion_logprobs(model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask)
     assert out.sampler_logp.shape == ours.shape and not out.sampler_logp[out.completion_mask == 0].any()
     gap = float((out.sampler_logp - ours).abs().max())
-    _, stats = policy_loss(ours, torch.ones(len(ours)), out.completion_mask, sampler_logp=out.sampler_logp)
-    print(f"max |vLLM logp - policy logp| {gap:.3g}; mean weight - 1: {float(stats.sampling_ratio) - 1:.3g}")
-    assert gap < LOGPROB_TOLERANCE and abs(float(stats.sampling_ratio) - 1) < 1e-4
-    assert float(stats.sampling_clipped) == 0.0
+    assert gap < LOGPROB_TOLERANCE
+    for mode, tolerance in (("token_truncate", 1e-4), ("sequence_mask", 12 * 1e-4)):
+        _, stats = policy_loss(ours, torch.ones(len(ours)), out.completion_mask, sampler_logp=out.sampler_logp,
+                               vllm_importance_sampling_mode=mode)
+        print(f"max |vLLM logp - policy logp| {gap:.3g}; {mode}: mean weight - 1: {float(stats.sampling_ratio) - 1:.3g}")
+        assert abs(float(stats.sampling_ratio) - 1) < tolerance and float(stats.sampling_clipped) == 0.0
 
 
 def kept_tokens(rollouts, row: int) -> list[int]:
