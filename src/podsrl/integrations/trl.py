@@ -50,7 +50,7 @@ from torch import Tensor
 
 from podsrl.advantages import group_advantages
 from podsrl.downsample import RULES, select
-from podsrl.loss_terms import IMPORTANCE_SAMPLING_MODES, importance_sampling_ratio
+from podsrl.loss_terms import importance_sampling_ratio
 from podsrl.quiet import quiet_known_warnings
 
 SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # tested: [low, high)

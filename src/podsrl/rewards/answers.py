@@ -148,8 +148,6 @@ def marked_answer(text: str) -> str | None:
 
 
 _BINARY_BEFORE = re.compile(r"(?:\d|\))\s*(?:[-+*/×÷]|\\times|\\cdot|\\div)\s*$")
-
-
 _COPY_CONTEXT = 12  # characters (white space aside) before a number that, in the question with it, make it a copy
 
 
@@ -157,7 +155,7 @@ def stated_number(text: str, question: str | None = None) -> str | None:
     """The last number of an unmarked completion, where it states a result: not the operand of an
     arithmetic operator (``0 + 5``), not followed by an operator or ``=`` (``0 + 5 =``), not an
     item of a comma-separated list (``(3, 5)``), not copied from the ``question`` (the number with
-    the words before it, as the question has them: "... of the remaining 284?"). None otherwise."""
+    the characters before it, as the question has them: "... of the remaining 284?"). None otherwise."""
     matches = list(_NUMBER.finditer(text))
     if not matches:
         return None
@@ -180,12 +178,6 @@ def copied(before: str, number: str, question: str) -> bool:
     if not context:
         return False  # a bare number is an answer, whatever the question holds
     return context + squeeze(number) in squeeze(question)
-
-
-def last_number(text: str) -> str | None:
-    """The last number written in ``text`` (thousands separators removed), or None."""
-    numbers = _NUMBER.findall(text)
-    return numbers[-1].replace(",", "") if numbers else None
 
 
 def extract_answer(text: str, require_marker: bool = False, question: str | None = None) -> str | None:
