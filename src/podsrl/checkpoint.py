@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from podsrl import sharding
-from podsrl.errors import PodsError, first_line
+from podsrl.errors import PodsError, first_line, os_reason
 
 DEEPSPEED, DEEPSPEED_TAG = "deepspeed", "state"
 """Under DeepSpeed the optimizer state is saved by DeepSpeed, one partition per rank, in
@@ -205,7 +205,7 @@ def _reason(e: BaseException) -> str:
     cause = e
     while cause is not None:
         if isinstance(cause, OSError):
-            return cause.strerror or first_line(cause)
+            return os_reason(cause)
         cause = cause.__cause__ or cause.__context__
     return first_line(e)
 
@@ -277,4 +277,4 @@ def write_atomic(path: Path, text: str) -> None:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
-        raise PodsError(f"cannot write {path}: {e.strerror or first_line(e)}") from None
+        raise PodsError(f"cannot write {path}: {os_reason(e)}") from None

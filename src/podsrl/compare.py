@@ -25,7 +25,7 @@ from typing import NamedTuple
 from podsrl import stats
 from podsrl.checkpoint import read_metrics, write_atomic
 from podsrl.config import load_config
-from podsrl.errors import PodsError, first_line
+from podsrl.errors import PodsError, first_line, os_reason
 from podsrl.sampling import COUNTS
 
 log = logging.getLogger(__name__)
@@ -715,7 +715,7 @@ def plot(out: Path, summary: dict) -> None:
             fig.savefig(out / f".{name}.tmp", dpi=120, format="png")
             os.replace(out / f".{name}.tmp", out / name)
         except OSError as e:  # a folder that cannot be written, a full disk
-            raise PodsError(f"cannot write {out / name}: {e.strerror or e}") from None
+            raise PodsError(f"cannot write {out / name}: {os_reason(e)}") from None
         finally:
             plt.close(fig)
 

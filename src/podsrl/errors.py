@@ -25,11 +25,16 @@ def first_line(e: BaseException) -> str:
     return (str(e).strip() or type(e).__name__).splitlines()[0]
 
 
+def os_reason(e: OSError) -> str:
+    """The system's reason for an OSError (``No space left on device``), without Python's
+    ``[Errno 28]`` or the file name."""
+    return e.strerror or first_line(e)
+
+
 def os_error_text(e: OSError) -> str:
     """An OSError in words: the file it concerns and the system's reason (``/x/y: No space left
-    on device``), without Python's ``[Errno 28]``."""
-    reason = e.strerror or first_line(e)
-    return f"{e.filename}: {reason}" if e.filename is not None else reason
+    on device``)."""
+    return f"{e.filename}: {os_reason(e)}" if e.filename is not None else os_reason(e)
 
 
 class ArgumentParser(argparse.ArgumentParser):

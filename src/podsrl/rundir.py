@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from podsrl.checkpoint import latest_checkpoint, read_metrics
-from podsrl.errors import PodsError, first_line
+from podsrl.errors import PodsError, first_line, os_reason
 
 log = logging.getLogger(__name__)
 
@@ -153,12 +153,9 @@ def comparison_lock(out: Path):
     """Hold ``out`` for one ``podsrl compare``: another one into it is refused at once."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise PodsError(f"cannot write --out {out}: {e.strerror or e}") from None
-    try:
         fd, _ = _lock(out, COMPARE_LOCK, "--out {path} is in use by another podsrl compare")
-    except OSError as e:  # a folder that cannot be written
-        raise PodsError(f"cannot write --out {out}: {e.strerror or e}") from None
+    except OSError as e:  # a folder that cannot be made or written
+        raise PodsError(f"cannot write --out {out}: {os_reason(e)}") from None
     try:
         yield
     finally:

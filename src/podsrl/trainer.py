@@ -43,7 +43,7 @@ from podsrl.advantages import group_advantages
 from podsrl.checkpoint import load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic
 from podsrl.config import Config, flat_keys, to_dict, to_yaml, trained_per_prompt
 from podsrl.downsample import select
-from podsrl.errors import PodsError, os_error_text
+from podsrl.errors import PodsError, os_error_text, os_reason
 from podsrl.evaluate import evaluate
 from podsrl.logprobs import completion_logprobs, lean_head
 from podsrl.loss import policy_loss
@@ -558,7 +558,7 @@ def write_lines(file: TextIO, records: list[dict]) -> None:
         file.writelines(json.dumps(r) + "\n" for r in records)
         file.flush()
     except OSError as e:
-        raise PodsError(f"cannot write {file.name}: {e.strerror or e}") from None
+        raise PodsError(f"cannot write {file.name}: {os_reason(e)}") from None
 
 
 def _close(file: TextIO) -> None:
