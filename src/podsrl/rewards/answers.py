@@ -36,7 +36,8 @@ from typing import NamedTuple
 
 _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_ANSWER_LINE = re.compile(r"\b(?:final answer|answer)\b(?:\s+is\b)?\s*[:=]?[ \t]*(.*)", re.IGNORECASE)
+ANSWER_MARKER = r"\b(?:final answer|answer)\b(?:\s+is\b)?\s*[:=]?"  # "The answer is", "Answer:", "Final answer ="
+_ANSWER_LINE = re.compile(ANSWER_MARKER + r"[ \t]*(.*)", re.IGNORECASE)
 # Where an answer line's answer ends: "42. Let me check", "22, since 47 - 25 = 22", "5 because ...".
 _SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])|,?\s+(?:since|because|as|which|given|from|so|where|when)\s", re.IGNORECASE)
 _DISPLAY = re.compile(r"\s*(\\\[|\$\$)(.*?)(\\\]|\$\$)", re.DOTALL)
@@ -147,7 +148,9 @@ def marked_answer(text: str) -> str | None:
     return _answer_line(text)
 
 
-_BINARY_BEFORE = re.compile(r"(?:\d|\))\s*(?:[-+*/×÷]|\\times|\\cdot|\\div)\s*$")
+_ARITHMETIC = r"[-+*×÷]|\\times|\\cdot|\\div"  # an operator of arithmetic, but for the fraction bar
+_BINARY_BEFORE = re.compile(rf"(?:\d|\))\s*(?:/|{_ARITHMETIC})\s*$")  # "0 + " before a number
+_OPERATOR_AFTER = re.compile(rf"\s*(?:[/=^]|{_ARITHMETIC})")  # " =", " + 3" after a number
 _COPY_CONTEXT = 12  # characters (white space aside) before a number that, in the question with it, make it a copy
 
 
@@ -161,7 +164,7 @@ def stated_number(text: str, question: str | None = None) -> str | None:
         return None
     last = matches[-1]
     before, after = text[: last.start()], text[last.end() :]
-    if _BINARY_BEFORE.search(before) or re.match(r"\s*(?:[-+*/×÷=^]|\\times|\\cdot|\\div)", after):
+    if _BINARY_BEFORE.search(before) or _OPERATOR_AFTER.match(after):
         return None
     if re.search(r"\d\s*,\s*$", before) or re.match(r"\s*,\s*-?\d", after):
         return None
@@ -281,7 +284,7 @@ def is_list(gold: str) -> bool:
 
 
 _NUMERAL = r"(?:\d+(?:\.\d+)?(?:\s*/\s*\d+)?|\.\d+|\\[dt]?frac\{\d+\}\{\d+\})"  # a fraction is one number
-_OPERATOR = r"(?:[-+*×÷]|\\times|\\cdot|\\div)"
+_OPERATOR = rf"(?:{_ARITHMETIC})"
 _RESTATED = re.compile(
     rf"\s*[-+]?\s*\(?\s*{_NUMERAL}\s*\)?(?:\s*{_OPERATOR}\s*[-+]?\s*\(?\s*{_NUMERAL}\s*\)?)+\s*"
 )

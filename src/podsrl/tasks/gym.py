@@ -34,7 +34,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator
 
 from podsrl.errors import PodsError, first_line
-from podsrl.rewards.answers import as_number, marked_answer
+from podsrl.rewards.answers import ANSWER_MARKER, as_number, marked_answer
 from podsrl.rewards.pool import Unscored
 from podsrl.tasks import Problem, Task
 
@@ -278,8 +278,7 @@ def answer_of(completion: str, gold: str | None) -> str | None:
     return answer or None
 
 
-_ANSWER_BLOCK = re.compile(r"\b(?:final answer|answer)\b(?:\s+is\b)?\s*[:=]?((?:(?!\banswer\b).)*)\Z",
-                           re.IGNORECASE | re.DOTALL)
+_ANSWER_BLOCK = re.compile(ANSWER_MARKER + r"((?:(?!\banswer\b).)*)\Z", re.IGNORECASE | re.DOTALL)
 
 
 def _bare(answer: str, gold: str) -> str:
