@@ -81,7 +81,7 @@ def test_verdicts_say_where_pods_cannot_pay():
                                "than 0.50x GRPO's optimizer steps")
     assert lines[1].startswith("PODS (n = 32, m = 8) can pay against GRPO-GA (n = 32)")
     assert lines[2].startswith("PODS (n = 64, m = 8) cannot pay against GRPO (n = 8) here: it wins on time only if it "
-                               "needs fewer than 0.30x GRPO's optimizer steps; it needed 0.45x [0.38-1.13] on the task measured")
+                               "needs fewer than 0.30x GRPO's optimizer steps; it needed 0.45x [0.38-1.09] on the task measured")
     assert lines[3].startswith("PODS (n = 64, m = 8) cannot pay against GRPO-GA (n = 64) here")
 
 

@@ -51,8 +51,8 @@ from podsrl.config import Config, to_dict
 from podsrl.errors import PodsError
 
 MEASURED_STEP_FRACTION = {
-    "grpo": (0.45, "[0.38-1.13]", "PODS (n = 32, m = 8) reached GRPO's (n = 8) seed-mean peak in 0.45x its optimizer "
-                                  "steps [95% CI 0.38-1.13], 8 seeds"),
+    "grpo": (0.45, "[0.38-1.09]", "PODS (n = 32, m = 8) reached GRPO's (n = 8) seed-mean peak in 0.45x its optimizer "
+                                  "steps [95% CI 0.38-1.09], 8 seeds"),
     "grpo-ga": (1.05, "[0.59-inf]", "PODS (n = 32, m = 8) reached GRPO-GA's (n = 32) seed-mean peak in 1.05x its "
                                     "optimizer steps [95% CI 0.59-inf], 5 seeds"),
 }
