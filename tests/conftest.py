@@ -86,6 +86,11 @@ def save_tiny_llama(folder, hidden_size: int = 32, num_attention_heads: int = 4,
     return str(folder)
 
 
+def graded_cases(classes: dict[str, list[tuple[str, str, bool]]]) -> list:
+    """(completion, gold, should_pay) cases by class, as pytest params named ``class-index``."""
+    return [pytest.param(c, g, pay, id=f"{name}-{i}") for name, cases in classes.items() for i, (c, g, pay) in enumerate(cases)]
+
+
 @pytest.fixture
 def unhurried_pool():
     """The reward pool with a bound far above any grade's cost, for tests that check grades: a

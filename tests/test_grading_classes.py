@@ -15,6 +15,7 @@ from functools import lru_cache
 
 import pytest
 
+from conftest import graded_cases
 from podsrl.rewards import accuracy_reward, answer_matches
 from podsrl.tasks import arithmetic
 
@@ -137,7 +138,7 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
     ],
 }
 
-CASES = [pytest.param(c, g, pay, id=f"{name}-{i}") for name, cases in CLASSES.items() for i, (c, g, pay) in enumerate(cases)]
+CASES = graded_cases(CLASSES)
 
 
 @pytest.mark.parametrize("completion,gold,should_pay", CASES)

@@ -12,6 +12,7 @@ benchmarks/grading.py reports how podsrl and math-verify grade each class.
 
 import pytest
 
+from conftest import graded_cases
 from podsrl.rewards import accuracy_reward, answer_matches
 
 
@@ -168,7 +169,7 @@ PEER_CLASSES: dict[str, list[tuple[str, str, bool]]] = {
     ],
 }
 
-CASES = [pytest.param(c, g, pay, id=f"{name}-{i}") for name, cases in PEER_CLASSES.items() for i, (c, g, pay) in enumerate(cases)]
+CASES = graded_cases(PEER_CLASSES)
 
 
 @pytest.mark.parametrize("completion,gold,should_pay", CASES)
