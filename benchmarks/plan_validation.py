@@ -1,32 +1,37 @@
 """``podsrl plan``'s predicted step times against step times measured in training runs.
 
-    python benchmarks/plan_validation.py        # on the CPU: the two-digit comparisons' settings against their committed runs
+    python benchmarks/plan_validation.py                 # the two-digit comparisons' settings against their committed runs
+    python benchmarks/plan_validation.py --runs confirm  # ... against the confirmation's runs (seeds 8-15, 8-12)
     python benchmarks/plan_validation.py configs/compare_gpu.yaml --train-steps 6 --out DIR   # short runs trained here
 
 It runs ``podsrl plan`` at a configuration (default: the two-digit comparisons', ``threads=1`` as
 their runs were) and compares the predicted step of GRPO (n = m), PODS (n, m) and GRPO-GA (n) with
-the mean step of the runs of each method: the committed runs of
-``benchmarks/results/evidence_{a,b}_arithmetic_2digit`` (default), or runs of ``--train-steps``
-steps trained here. A run's step time is the difference of its cumulative training clock between
-consecutive logged steps, on the plan's clock (the config's ``clock``: ``train_seconds``, or
-``train_cpu_seconds`` with ``clock=cpu``, as the comparisons were timed), after its first step
-(which pays first-call costs a run amortises). Two predictions are compared:
+the mean step of the finished runs of each method: the comparisons' (``--runs committed``:
+``benchmarks/results/evidence_{a,b}_arithmetic_2digit``), their confirmations' (``--runs confirm``),
+or runs of ``--train-steps`` steps trained here. A run's step time is the difference of its
+cumulative training clock between consecutive logged steps, on the plan's clock (the config's
+``clock``: ``train_seconds``, or ``train_cpu_seconds`` with ``clock=cpu``, as the comparisons were
+timed), after its first step (which pays first-call costs a run amortises).
 
-- the plan's own, whose update counts the rollouts it expects to train (non-zero advantage,
-  drawn from the groups it generated at the start of training);
-- the plan's cost model given the rollouts each run actually trained (its mean
-  ``trained_sequences - skipped_zero_advantage``), which checks the cost model apart from how the
-  rewards of a run change as the policy learns.
+How many rollouts an update trains depends on the rewards (zero-advantage rollouts are skipped),
+which change as the policy learns, so three predictions are compared:
+
+- the plan's own: its cost model with the rollouts it expects each update to train over the reward
+  signal of the set's GRPO runs (``--signal-from`` those runs: what a user who has GRPO runs on the
+  task knows before trying PODS; ``--signal-from start``: the start of training's only);
+- the same cost model at the start of training's signal (the groups the plan generated);
+- the cost model given the rollouts each run actually trained (its mean
+  ``trained_sequences - skipped_zero_advantage``), which checks the cost model apart from the
+  rewards.
 
 Outputs in ``--out`` (default ``benchmarks/results/plan_validation``): ``plan.json`` (the plan's
 report), ``plan.txt`` (its table), ``validation.json`` and ``validation.txt`` (the ratios).
-Target: every ratio predicted / measured within 1 +- 0.15.
+Target: every ratio of the plan's own prediction to the measured step within 1 +- 0.15.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -42,9 +47,29 @@ DEFAULT_OVERRIDES = ["lr=1e-5", "threads=1", "task.test_size=500", "prompts_per_
                      "clock=cpu"]
 """The two comparisons' shared settings (their compare.yaml, and its --clock cpu), each method then
 changing mode and n."""
-COMMITTED = {"grpo": str(EVIDENCE_A / "grpo" / "seed-*"), "pods": str(EVIDENCE_A / "pods" / "seed-*"),
-             "grpo-ga": str(EVIDENCE_B / "grpo-ga" / "seed-*")}
+CONFIRM_A, CONFIRM_B = RESULTS / "evidence_confirm_a_arithmetic_2digit", RESULTS / "evidence_confirm_b_arithmetic_2digit"
+RUN_SETS = {
+    "committed": {"grpo": EVIDENCE_A / "grpo", "pods": EVIDENCE_A / "pods", "grpo-ga": EVIDENCE_B / "grpo-ga"},
+    "confirm": {"grpo": CONFIRM_A / "grpo", "pods": CONFIRM_A / "pods", "grpo-ga": CONFIRM_B / "grpo-ga"},
+}
+"""The runs compared with: the two comparisons' (a: seeds 0-7, b: 0-4) or their confirmations'
+(seeds 8-15 and 8-12), each method's finished runs (every seed-* folder that reached its last step)."""
 TOLERANCE = 0.15
+
+
+def finished_runs(method_folder: Path) -> list[Path]:
+    """A method's seed folders whose runs reached their configured last step."""
+    import yaml
+
+    done = []
+    for folder in sorted(method_folder.glob("seed-*")):
+        try:
+            steps = yaml.safe_load((folder / "config.yaml").read_text())["steps"]
+        except (OSError, KeyError, TypeError):
+            continue
+        if (folder / "metrics.jsonl").is_file() and any(r["step"] >= steps for r in run_steps(folder)):
+            done.append(folder)
+    return done
 
 
 def run_steps(folder: Path) -> list[dict]:
@@ -95,41 +120,52 @@ def podsrl(*args: str) -> None:
 
 
 def compare(report: dict, runs: dict, clock: str) -> list[dict]:
-    """For each method: the plan's row, the runs' means and the ratios predicted / measured."""
+    """For each method: the plan's row, the runs' means and the ratios predicted / measured: the
+    plan's prediction, its prediction at the start of training's signal (where the plan took an
+    earlier run's), and its cost model given the rollouts the runs trained."""
     sys.path.insert(0, str(REPO / "src"))
     from podsrl.plan import CostModel
 
     model = CostModel(**report["fit"])
     n, m = report["config"]["n"], report["m"]
+    key = "cpu_s" if clock == "cpu" else "wall_s"
     rows = []
     for mode, run in runs.items():
         want_n = m if mode == "grpo" else n
         row = next(r for r in report["settings"] if r["method"] == mode and r["n"] == want_n)
         given = model.step(want_n, run["trained"], 0)["step_s"]
-        key = "cpu_s" if clock == "cpu" else "wall_s"
+        at_start = model.step(want_n, row.get("trained_at_start", row["trained"]), 0)["step_s"]
         rows.append({"method": mode, "n": want_n, "m": m if mode != "grpo" else want_n, "predicted": row, "measured": run,
-                     "predicted_given_trained_s": given, "ratio": row["step_s"] / run[key],
+                     "predicted_at_start_s": at_start, "predicted_given_trained_s": given,
+                     "ratio": row["step_s"] / run[key], "ratio_at_start": at_start / run[key],
                      "ratio_given_trained": given / run[key], "clock": clock})
     return rows
 
 
 def render(rows: list[dict], report: dict, source: str) -> str:
+    earlier = report.get("signal_from")
     lines = [f"# plan against measured steps ({source}; {report['device']}, {report['threads']} threads; "
-             f"measured on the {rows[0]['clock']} clock)", "",
-             "| method | predicted step s | measured step s | ratio | predicted given the run's trained rollouts | ratio "
-             "| predicted gen / score / update s | measured gen / score / update s (wall, as logged) | trained/step predicted / run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"measured on the {rows[0]['clock']} clock)", ""]
+    if earlier:
+        lines += [f"plan's trained rollouts: over the reward signal of {len(earlier['runs'])} earlier run(s) "
+                  f"(n = {earlier['n']}, {earlier['steps']} steps, reward mean {earlier['reward_mean']:.3f}, "
+                  f"concentration {earlier['concentration']:.3g})", ""]
+    lines += ["| method | measured step s | predicted | ratio | predicted at the start's signal | ratio "
+              "| predicted given the run's trained rollouts | ratio | trained/step: predicted / at start / run "
+              "| predicted gen / score / update s | measured gen / score / update s (wall, as logged) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p, q = r["predicted"], r["measured"]
         key = "cpu_s" if r["clock"] == "cpu" else "wall_s"
         name = f"{r['method']} (n = {r['n']}" + (f", m = {r['m']})" if r["method"] != "grpo" else ")")
-        lines.append(f"| {name} | {p['step_s']:.2f} | {q[key]:.2f} | {r['ratio']:.2f} | {r['predicted_given_trained_s']:.2f} "
-                     f"| {r['ratio_given_trained']:.2f} | {p['generation_s']:.2f} / {p['scoring_s']:.3f} / {p['update_s']:.2f} "
-                     f"| {q['generation_s']:.2f} / {q['scoring_s']:.3f} / {q['update_s']:.2f} "
-                     f"| {p['trained']:.1f} / {q['trained']:.1f} |")
-    within = lambda key: all(abs(r[key] - 1) <= TOLERANCE for r in rows)
-    lines += ["", f"plan's own prediction within {TOLERANCE:.0%} for every method: {'yes' if within('ratio') else 'no'}; "
-              f"given the runs' trained rollouts: {'yes' if within('ratio_given_trained') else 'no'}",
+        lines.append(f"| {name} | {q[key]:.2f} | {p['step_s']:.2f} | {r['ratio']:.2f} | {r['predicted_at_start_s']:.2f} "
+                     f"| {r['ratio_at_start']:.2f} | {r['predicted_given_trained_s']:.2f} | {r['ratio_given_trained']:.2f} "
+                     f"| {p['trained']:.1f} / {p.get('trained_at_start', p['trained']):.1f} / {q['trained']:.1f} "
+                     f"| {p['generation_s']:.2f} / {p['scoring_s']:.3f} / {p['update_s']:.2f} "
+                     f"| {q['generation_s']:.2f} / {q['scoring_s']:.3f} / {q['update_s']:.2f} |")
+    within = lambda key: "yes" if all(abs(r[key] - 1) <= TOLERANCE for r in rows) else "no"
+    lines += ["", f"within {TOLERANCE:.0%} for every method: plan's prediction {within('ratio')}; at the start's signal "
+              f"{within('ratio_at_start')}; given the runs' trained rollouts {within('ratio_given_trained')}",
               f"plan took {report['seconds']:.0f} s"]
     return "\n".join(lines) + "\n"
 
@@ -147,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
                         "mode, n and m give the settings compared")
     parser.add_argument("--train-steps", type=int, help="train each method this many steps here and compare with those "
                         "runs (default: the committed two-digit runs)")
+    parser.add_argument("--runs", choices=sorted(RUN_SETS), default="committed",
+                        help="the runs compared with: the comparisons' (committed, default) or their confirmations'")
+    parser.add_argument("--signal-from", choices=["reference", "start"], default="reference",
+                        help="the plan's trained rollouts: over the reward signal of the set's GRPO runs (reference, "
+                        "default), or the start of training's only (start; always with --train-steps)")
     parser.add_argument("--plan-args", default="--calls 3", help="arguments of podsrl plan (default: --calls 3)")
     parser.add_argument("--out", default=str(RESULTS / "plan_validation"))
     args = parser.parse_args(argv)
@@ -158,13 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    podsrl("plan", args.config, *overrides, *args.plan_args.split(), "--json", str(out / ".plan.json"))
+    folders = {} if args.train_steps else {mode: finished_runs(f) for mode, f in RUN_SETS[args.runs].items()}
+    if folders and not all(folders.values()):
+        raise SystemExit(f"plan_validation: no finished runs of {', '.join(m for m, f in folders.items() if not f)} in "
+                         f"the {args.runs} set")
+    signal = (["--signal-from", *map(str, folders["grpo"])] if folders and args.signal_from == "reference" else [])
+    podsrl("plan", args.config, *overrides, *args.plan_args.split(), *signal, "--json", str(out / ".plan.json"))
     report = json.loads((out / ".plan.json").read_text())
     n, m = report["config"]["n"], report["m"]
     if args.train_steps:
         if args.train_steps < 2:
             raise SystemExit("plan_validation: --train-steps must be >= 2 (the first step is left out)")
-        folders = {}
         for mode in ("grpo", "pods", "grpo-ga"):
             run = out / "runs" / mode
             shutil.rmtree(run, ignore_errors=True)
@@ -173,8 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             folders[mode] = [run]
         source = f"{args.train_steps}-step runs trained here"
     else:
-        folders = {mode: [Path(p) for p in sorted(glob.glob(pattern))] for mode, pattern in COMMITTED.items()}
-        source = "the committed two-digit runs, " + ", ".join(f"{mode}: {len(f)} seeds" for mode, f in folders.items())
+        source = f"the {args.runs} two-digit runs, " + ", ".join(f"{mode}: {len(f)} seeds" for mode, f in folders.items())
     runs = {mode: measured(f) for mode, f in folders.items()}
     rows = compare(report, runs, report["clock"])
     text = render(rows, report, source)

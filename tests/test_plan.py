@@ -4,6 +4,7 @@ against its closed form, and the command end to end (table, JSON, break-even) wi
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -136,7 +137,9 @@ def test_plan_end_to_end_on_a_tiny_model(capsys, tmp_path, tiny_overrides):
     assert report["sizes"] == {"generate": [2, 4], "calls": 2, "update": [2, 4], "candidates": [4, 6]}
     measured = report["measured"]["generation"] + report["measured"]["updates"]
     assert report["clock"] == "wall" and all(p["seconds"] == p["wall_s"] for p in measured)
-    assert len(report["measured"]["generation"]) == 4 and [p["m"] for p in report["measured"]["updates"]] == [2, 4]
+    assert len(report["measured"]["generation"]) == 4
+    # the updates at 2 and 4 per prompt, then a step whose advantages are all 0: one row trains
+    assert [(p["m"], p["rows"]) for p in report["measured"]["updates"]] == [(2, 4), (4, 8), (None, 1)]
     check_report(report, io.out, prompts=2)
     assert not (tmp_path / "run").exists()  # plan writes no run folder
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
@@ -153,6 +156,136 @@ def test_signal_all_trains_every_selected_rollout_and_cpu_clock_times_cpu_second
     assert report["clock"] == "cpu" and all(p["seconds"] == p["cpu_s"] for p in measured)
     assert report["fit"]["scoring_per_rollout_s"] == 0.0 and "clock=cpu: this process's CPU seconds" in io.out
     check_report(report, io.out, prompts=2)
+
+
+def test_plan_alternates_generation_and_updates_as_a_run_does(capsys, tmp_path, tiny_overrides, monkeypatch):
+    """Each measured update follows a generate call (as in a run's steps, not all after the
+    generation); with a KL term no rollout is skipped, so there is no zero-signal update."""
+    from podsrl import sampling, trainer
+
+    calls = []
+    step_groups, update = sampling.Sampler.step_groups, trainer.update
+    monkeypatch.setattr(sampling.Sampler, "step_groups", lambda self, *a: calls.append("G") or step_groups(self, *a))
+    monkeypatch.setattr(trainer, "update", lambda *a, **k: calls.append("U") or update(*a, **k))
+    code, io = run_plan(capsys, tiny_overrides + ["threads=1"], "--generate", "2,4", "--calls", "2", "--update", "2,4",
+                        "--candidates", "4")
+    assert code == 0, io.err
+    # warm-up call; 4 measured calls, largest n first, each followed by an update (warm-up, 2, 4, zero-signal)
+    assert "".join(calls) == "G" + "GU" * 4
+    calls.clear()
+    out = tmp_path / "beta.json"
+    code, io = run_plan(capsys, tiny_overrides + ["threads=1", "beta=0.04"], "--generate", "2,4", "--calls", "2",
+                        "--update", "2,4", "--candidates", "4", "--json", str(out))
+    assert code == 0, io.err
+    assert "".join(calls) == "G" + "GU" * 3 + "G"
+    assert [p["m"] for p in json.loads(out.read_text())["measured"]["updates"]] == [2, 4]
+
+
+# --------------------------------------------------------------------------- an earlier run's signal
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 32])
+def test_mixed_share_against_hand_worked_values(n):
+    """Uniform success rates (mean 1/2, concentration 2): E[p^n] = 1/(n+1), so the share is
+    1 - 2/(n+1). Concentration to infinity: every prompt has the mean, 1 - p^n - (1-p)^n. A mean of
+    0 or 1 never mixes."""
+    assert plan.mixed_share(0.5, 2.0, n) == pytest.approx(1 - 2 / (n + 1))
+    assert plan.mixed_share(0.3, 1e9, n) == pytest.approx(1 - 0.3**n - 0.7**n, abs=1e-6)
+    assert plan.mixed_share(0.0, 0.7, n) == plan.mixed_share(1.0, 0.7, n) == 0.0
+
+
+def test_mixed_share_against_monte_carlo():
+    rng = np.random.default_rng(0)
+    p = rng.beta(0.2 * 0.6, 0.8 * 0.6, 400_000)
+    k = rng.binomial(8, p)
+    assert plan.mixed_share(0.2, 0.6, 8) == pytest.approx(float(((k > 0) & (k < 8)).mean()), abs=0.003)
+
+
+def test_concentration_fit_recovers_the_simulated_spread():
+    """Steps whose mixed counts are drawn as the model says, at known concentrations: the fit
+    lands within 25% of each (the grid is 5% apart)."""
+    rng = np.random.default_rng(1)
+    for true in (0.3, 3.0):
+        means = rng.uniform(0.05, 0.6, 3000)
+        mixed = [int(rng.binomial(4, plan.mixed_share(m, true, 8))) for m in means]
+        assert plan.fit_concentration(list(means), mixed, 4, 8) == pytest.approx(true, rel=0.25)
+
+
+@pytest.mark.parametrize("mode,n,m", [("grpo", 8, 8), ("pods", 32, 8), ("grpo-ga", 32, 8)])
+def test_trained_over_runs_against_the_closed_form(mode, n, m):
+    """At a step of mean reward mu, a group of n is mixed with probability q = mixed_share(mu, k, n);
+    a mixed group trains all it selects (0/1 rewards; max-variance takes both values), T = m or n;
+    a step with no mixed group trains the one row the trainer keeps. Per step:
+    P * T * q + (1 - q)^P."""
+    P, k = 4, 0.7
+    signal = plan.Signal(["x"], 8, P, [0.1, 0.3], [0, 0], k)
+    c = load_config(None, [f"mode={mode}", f"n={n}", f"m={m}", f"prompts_per_step={P}"])
+    T = n if mode == "grpo-ga" else m
+    want = sum(P * T * q + (1 - q) ** P for q in (plan.mixed_share(mu, k, n) for mu in signal.means)) / 2
+    got = plan.trained_over_runs(c, signal, np.random.default_rng(0), draws=20_000)
+    assert got == pytest.approx(want, rel=0.02)
+
+
+def write_run(folder, steps, n=8, prompts=2, mode="grpo", rule="max_variance"):
+    """A finished run's folder: config.yaml and metrics.jsonl with each step's (mean, mixed
+    groups) and the reward std that 0/1 values of that mean have."""
+    import yaml
+
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({"mode": mode, "n": n, "m": n if mode == "grpo" else 4,
+                                                         "rule": rule, "prompts_per_step": prompts, "steps": len(steps)}))
+    rows = [{"step": 0, "eval_accuracy": 0.1}]
+    for i, (mean, mixed) in enumerate(steps, 1):
+        N = prompts * n
+        rows.append({"step": i, "generated_reward_mean": mean, "generated_reward_std": (N * mean * (1 - mean) / (N - 1)) ** 0.5,
+                     "rollouts_generated": N, "frac_zero_std_groups": 1 - mixed / prompts})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_read_signal_takes_each_step_and_refuses_what_the_model_does_not_fit(tmp_path):
+    a = write_run(tmp_path / "a", [(0.125, 1), (0.25, 2)])
+    b = write_run(tmp_path / "b", [(0.0, 0)])
+    s = plan.read_signal([a, b])
+    assert (s.n, s.prompts, s.means, s.mixed) == (8, 2, [0.125, 0.25, 0.0], [1, 2, 0])
+    assert s.concentration == pytest.approx(plan.fit_concentration([0.125, 0.25, 0.0], [1, 2, 0], 2, 8))
+    bad = write_run(tmp_path / "bad", [(0.5, 1)])
+    text = (bad / "metrics.jsonl").read_text().replace('"generated_reward_std": 0.5', '"generated_reward_std": 0.1')
+    (bad / "metrics.jsonl").write_text(text)
+    with pytest.raises(plan.PodsError, match="step 1's rewards are not 0/1"):
+        plan.read_signal([bad])
+    with pytest.raises(plan.PodsError, match="rule max_variance, not random"):
+        plan.read_signal([write_run(tmp_path / "r", [(0.5, 1)], mode="pods", n=16, rule="random")])
+    with pytest.raises(plan.PodsError, match="one n and prompts_per_step"):
+        plan.read_signal([a, write_run(tmp_path / "c", [(0.5, 1)], n=16)])
+    with pytest.raises(plan.PodsError, match="not a run's folder"):
+        plan.read_signal([tmp_path / "missing"])
+
+
+def test_signal_from_sets_the_trained_rollouts_end_to_end(capsys, tmp_path, tiny_overrides):
+    """The plan's rows train what the earlier runs' signal gives (recomputed here with the same
+    seed); bad input is one line and exit 2."""
+    earlier = write_run(tmp_path / "earlier", [(0.25, 1), (0.5, 2), (0.75, 1)], n=4, prompts=2)
+    out = tmp_path / "plan.json"
+    code, io = run_plan(capsys, tiny_overrides + ["threads=1"], "--generate", "2,4", "--calls", "1", "--update", "2,4",
+                        "--candidates", "4", "--signal-from", str(earlier), "--json", str(out))
+    assert code == 0, io.err
+    report = json.loads(out.read_text())
+    assert report["signal"] == "runs" and report["signal_from"]["steps"] == 3
+    assert "over the reward signal of 1 earlier run(s)" in io.out
+    signal, rng = plan.read_signal([earlier]), np.random.default_rng(report["config"]["seed"])
+    c = load_config(None, last_wins(tiny_overrides + ["threads=1"]))
+    for row in report["settings"]:
+        assert row["trained"] == pytest.approx(plan.trained_over_runs(plan.method_config(c, row["method"], row["n"]), signal, rng))
+        assert "trained_at_start" in row
+    check_report(report, io.out, prompts=2)
+    for flags, message in (
+        (["--signal-from", str(tmp_path / "nowhere")], "not a run's folder"),
+        (["--signal-from", str(earlier), "--signal", "all"], "give one of them"),
+        (["--signal-from", str(write_run(tmp_path / "p3", [(0.5, 1)], prompts=3))], "took 3 prompts a step"),
+    ):
+        code, io = run_plan(capsys, tiny_overrides, *flags)
+        assert code == 2 and io.err.count("\n") == 1 and message in io.err, io.err
 
 
 @pytest.mark.slow

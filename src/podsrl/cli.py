@@ -97,7 +97,7 @@ def cmd_plan(args) -> int:
     given = default_sizes(c)
     sizes = Sizes(generate=args.generate or given.generate, calls=given.calls if args.calls is None else args.calls,
                   update=args.update or given.update, candidates=args.candidates or given.candidates)
-    report = plan(c, sizes, signal=args.signal)
+    report = plan(c, sizes, signal=args.signal, signal_from=[Path(f) for f in args.signal_from or []] or None)
     print(render(report), end="")
     if json_path is not None:
         write_json(report, json_path)
@@ -300,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--signal", choices=["measured", "all"], default="measured",
                    help="rollouts the update trains: those with a non-zero advantage in the measured groups "
                    "(default), or every selected one")
+    p.add_argument("--signal-from", nargs="+", metavar="RUN",
+                   help="finished runs on the task (0/1 rewards) whose reward signal, step by step, sets the rollouts "
+                   "each update trains over a run, in place of the start of training's")
     p.set_defaults(fn=cmd_plan)
     p = sub.add_parser("plot", help="rebuild a compare folder's summary, table and plots")
     p.add_argument("out")

@@ -9,8 +9,10 @@ update function:
   ``a`` seconds per call of the engine plus ``b`` per rollout, on the task's own prompts, so at
   the completion lengths the task produces;
 - the scoring time per rollout (the part not hidden behind generation, as the trainer logs it);
-- the update's time and peak memory at several rollouts per prompt, every rollout trained,
-  fitted as ``u0 + u1`` per trained rollout and ``k0 + k1`` per rollout of a micro-batch.
+- the update's time and peak memory at several rollouts per prompt, every rollout trained, and
+  at a step whose advantages are all 0 (one row trains), each right after a generate call as in
+  a run's steps, fitted as ``u0 + u1`` per trained rollout and ``k0 + k1`` per rollout of a
+  micro-batch.
 
 Times are on the config's ``clock``: wall seconds, each phase as the trainer logs it; or
 (``clock=cpu``) this process's CPU seconds, as a run's ``train_cpu_seconds`` counts a step, which
@@ -26,8 +28,11 @@ micro-batches of w rollouts, is then predicted to take::
 With ``skip_zero_advantage`` (and no KL term) the update skips rollouts whose advantage is 0, so r
 depends on the rewards: it is estimated by drawing groups of n from the measured groups' rewards
 (with replacement) and selecting m of them with the trainer's ``down_sample``. That is the share
-at the start of training; as the policy learns it changes (``--signal all`` counts every selected
-rollout, the most an update costs).
+at the start of training; as the policy learns it changes. ``--signal-from`` earlier runs on the
+task (0/1 rewards) takes their signal step by step instead: each prompt's success rate drawn from
+a Beta distribution of the step's mean reward, its concentration fitted to how many groups were
+mixed (:func:`read_signal`, :func:`trained_over_runs`). ``--signal all`` counts every selected
+rollout, the most an update costs.
 
 The break-even of PODS (n, m) against GRPO (n = m) is ``T_GRPO / T_PODS``: PODS wins on time when
 it needs fewer than that fraction of GRPO's optimizer steps to reach the same accuracy. Against
@@ -179,36 +184,159 @@ def trained_rollouts(c: Config, groups: torch.Tensor, generator: torch.Generator
     whose advantage is not 0 where ``skip_zero_advantage`` applies (at least one a step, as the
     trainer keeps), else every selected one."""
     from podsrl.config import trained_per_prompt
-    from podsrl.trainer import down_sample
 
     P = c.prompts_per_step
-    if not (c.skip_zero_advantage and c.beta == 0):
+    if not skips_zero_advantage(c):
         return float(P * trained_per_prompt(c))
     G, N = groups.shape
     draws = max(SIGNAL_DRAWS, P)
     pick = torch.randint(N, (G * draws, c.n), generator=generator)  # [G * draws, n]
     rewards = groups.repeat_interleave(draws, 0).gather(1, pick)
-    chosen = down_sample(c, rewards, step=0)
-    per_group = (chosen.advantages != 0).sum(1).double()  # [G * draws]
+    per_group = _trained_per_group(c, rewards)
     per_group = per_group[torch.randperm(len(per_group), generator=generator)]
-    steps = per_group[: len(per_group) // P * P].view(-1, P).sum(1).clamp(min=1)  # [steps]
-    return float(steps.mean())
+    return float(per_group[: len(per_group) // P * P].view(-1, P).sum(1).clamp(min=1).mean())
 
 
-def predict(c: Config, model: CostModel, sizes: Sizes, groups: torch.Tensor | None, signal: str = "measured") -> list[dict]:
+def skips_zero_advantage(c: Config) -> bool:
+    """Whether the update skips rollouts whose advantage is 0 (as the trainer's micro_batches does)."""
+    return c.skip_zero_advantage and c.beta == 0
+
+
+def _trained_per_group(c: Config, rewards: torch.Tensor) -> torch.Tensor:
+    """The selected rollouts with a non-zero advantage in each group of ``rewards`` ``[G, n]``
+    under ``c``'s selection (the trainer's ``down_sample``)."""
+    from podsrl.trainer import down_sample
+
+    return (down_sample(c, rewards, step=0).advantages != 0).sum(1).double()
+
+
+# --------------------------------------------------------------------------- a run's reward signal
+
+
+@dataclass
+class Signal:
+    """The 0/1 reward signal of earlier runs on the task (``--signal-from``), step by step: each
+    step's mean reward over its P x n rollouts and how many of its P groups held both values, and
+    the spread of the prompts' success rates fitted to them (the concentration of a Beta
+    distribution)."""
+
+    runs: list[str]
+    n: int
+    prompts: int
+    means: list[float]
+    mixed: list[int]
+    concentration: float
+
+
+def mixed_share(mean: float, concentration: float, n: int) -> float:
+    """The probability that a group of ``n`` 0/1 rewards holds both values when each prompt's
+    success rate p is drawn from Beta(mean * k, (1 - mean) * k), k the concentration:
+    ``1 - E[p^n] - E[(1 - p)^n]``, with ``E[p^n] = prod_{i<n} (a + i) / (k + i)``."""
+    a, b = mean * concentration, (1 - mean) * concentration
+    return 1.0 - math.prod((a + i) / (concentration + i) for i in range(n)) - math.prod(
+        (b + i) / (concentration + i) for i in range(n))
+
+
+CONCENTRATIONS = np.exp(np.linspace(math.log(0.01), math.log(1000.0), 241))
+"""The concentrations the fit searches (log-spaced): small means prompts that are either nearly
+always or nearly never solved; large, every prompt alike."""
+
+
+def fit_concentration(means: list[float], mixed: list[int], prompts: int, n: int) -> float:
+    """The concentration k under which the observed counts of mixed groups are most likely: at
+    each step, ``mixed ~ Binomial(prompts, mixed_share(mean, k, n))``."""
+    def log_likelihood(k: float) -> float:
+        total = 0.0
+        for mean, x in zip(means, mixed):
+            q = min(max(mixed_share(mean, k, n), 1e-12), 1 - 1e-12)
+            total += x * math.log(q) + (prompts - x) * math.log(1 - q)
+        return total
+
+    return float(max(CONCENTRATIONS, key=log_likelihood))
+
+
+def read_signal(folders: list[Path]) -> Signal:
+    """The reward signal of finished runs (``metrics.jsonl`` and ``config.yaml`` in each): runs
+    of one n and one prompt count, whose every group's generated rollouts are the ones its mixed
+    count sees (GRPO, GRPO-GA, or PODS max-variance), with 0/1 rewards (checked: each step's
+    reward variance is the one 0/1 values of its mean have)."""
+    import yaml
+
+    means, mixed, shape = [], [], set()
+    for folder in folders:
+        folder = Path(folder)
+        try:
+            cfg = yaml.safe_load((folder / "config.yaml").read_text())
+            rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        except OSError as e:
+            raise PodsError(f"--signal-from {folder}: not a run's folder (config.yaml and metrics.jsonl): "
+                            f"{e.strerror or e}") from None
+        except (ValueError, yaml.YAMLError) as e:
+            raise PodsError(f"--signal-from {folder}: unreadable run files ({type(e).__name__})") from None
+        if not isinstance(cfg, dict) or cfg.get("adaptive_n") or cfg.get("dynamic_sampling"):
+            raise PodsError(f"--signal-from {folder}: a run of one generate call of n per prompt a step is needed "
+                            "(not adaptive_n or dynamic_sampling)")
+        if cfg.get("mode") == "pods" and cfg.get("rule") != "max_variance":
+            raise PodsError(f"--signal-from {folder}: a PODS run's mixed groups count its whole groups only under "
+                            f"rule max_variance, not {cfg.get('rule')}")
+        n, P = int(cfg["n"]), int(cfg["prompts_per_step"])
+        shape.add((n, P))
+        steps = [r for r in rows if "frac_zero_std_groups" in r]
+        for r in steps:
+            mean, std, count = r["generated_reward_mean"], r["generated_reward_std"], r["rollouts_generated"]
+            binary = count * mean * (1 - mean) / max(count - 1, 1)
+            if not (0 <= mean <= 1) or abs(std**2 - binary) > 1e-6 * max(1.0, binary):
+                raise PodsError(f"--signal-from {folder}: step {r['step']}'s rewards are not 0/1 (mean {mean:.4g}, "
+                                f"std {std:.4g}); the signal model is for 0/1 rewards")
+            means.append(float(mean))
+            mixed.append(round((1 - r["frac_zero_std_groups"]) * P))
+    if len(shape) > 1:
+        raise PodsError(f"--signal-from: runs of one n and prompts_per_step are needed, got {sorted(shape)}")
+    if not means:
+        raise PodsError(f"--signal-from {', '.join(map(str, folders))}: no training step logged")
+    (n, P), = shape
+    return Signal([str(f) for f in folders], n, P, means, mixed, fit_concentration(means, mixed, P, n))
+
+
+def trained_over_runs(c: Config, signal: Signal, rng: np.random.Generator, draws: int = 16) -> float:
+    """Rollouts the update of one step under ``c`` trains on average over the steps of ``signal``'s
+    runs: at each step, prompts whose success rates are drawn from the fitted Beta at that step's
+    mean reward, ``c.n`` 0/1 rewards each, then ``c``'s selection (at least one a step where the
+    trainer skips zero advantages)."""
+    from podsrl.config import trained_per_prompt
+
+    P = c.prompts_per_step
+    if not skips_zero_advantage(c):
+        return float(P * trained_per_prompt(c))
+    k = signal.concentration
+    mean = np.repeat(np.clip(signal.means, 1e-6, 1 - 1e-6), draws * P)
+    rate = rng.beta(mean * k, (1 - mean) * k)  # [steps * draws * P]
+    rewards = torch.from_numpy((rng.random((len(rate), c.n)) < rate[:, None]).astype(np.float32))
+    per_group = _trained_per_group(c, rewards)
+    return float(per_group.view(-1, P).sum(1).clamp(min=1).mean())
+
+
+def predict(c: Config, model: CostModel, sizes: Sizes, groups: torch.Tensor | None, signal: str = "measured",
+            earlier: Signal | None = None) -> list[dict]:
     """The table's rows: GRPO (n = m), then PODS (n, m) and GRPO-GA (n) for each candidate n, each
-    with its predicted step and break-even (PODS rows)."""
+    with its predicted step and break-even (PODS rows). The rollouts each update trains: every
+    selected one (``signal="all"``), those of non-zero advantage over ``earlier`` runs' reward
+    signal where given, else in the ``groups`` measured at the start of training."""
     from podsrl.config import trained_per_prompt
     from podsrl.trainer import micro_batch_size
 
     generator = torch.Generator().manual_seed(c.seed)
+    rng = np.random.default_rng(c.seed)
     rows = []
     for mode, n in [("grpo", base_m(c))] + [(mode, n) for n in sizes.candidates for mode in ("pods", "grpo-ga")]:
         cm = method_config(c, mode, n)
         all_rows = float(c.prompts_per_step * trained_per_prompt(cm))
-        trained = all_rows if signal == "all" or groups is None else trained_rollouts(cm, groups, generator)
+        at_start = all_rows if signal == "all" or groups is None else trained_rollouts(cm, groups, generator)
+        trained = trained_over_runs(cm, earlier, rng) if earlier is not None and signal != "all" else at_start
         rows.append({"method": mode, "n": cm.n, "m": cm.m, "rollouts": c.prompts_per_step * cm.n, "trained": trained,
                      **model.step(cm.n, trained, micro_batch_size(cm, c.prompts_per_step))})
+        if earlier is not None:  # the start of training's estimate beside it
+            rows[-1]["trained_at_start"] = at_start
     grpo = rows[0]
     for row in rows:
         if row["method"] == "pods":
@@ -268,7 +396,7 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
     P = c.prompts_per_step
     batch_size = getattr(s.engine, "batch_size", None)
     by_cpu = c.clock == "cpu"  # this process's CPU seconds, as the trainer's train_cpu_seconds counts a step
-    total = 1 + len(sizes.generate) * sizes.calls + 1 + len(sizes.update)
+    total = 1 + len(set(sizes.generate)) * sizes.calls + 1 + len(sizes.update) + int(c.skip_zero_advantage and c.beta == 0)
     bar = tqdm(total=total, desc="plan", unit="call", disable=not progress)
     call = 0
 
@@ -283,38 +411,51 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
         bar.update(1)
         return groups, time.process_time() - cpu
 
+    N = max(sizes.generate)
+    skips = c.skip_zero_advantage and c.beta == 0
+    # the updates (rollouts per prompt; None: a step whose advantages are all 0, which trains one
+    # row where zero-advantage rollouts are skipped), the first a warm-up (optimizer state)
+    update_sizes = [min(sizes.update)] + sorted(sizes.update) + ([None] if skips else [])
+    # the generate calls, the largest n first: its rollouts are the ones the updates train
+    generate_sizes = [n for n in sorted(set(sizes.generate), reverse=True) for _ in range(sizes.calls)]
+    points, largest, updates = [], [], []
+    lengths = rewards = 0.0
+    scoring_s = scored = 0
+
+    def update(i: int, m: int | None, source) -> None:
+        bar.set_postfix(update_m=m if m is not None else "zero-signal")
+        cu = replace(c, mode="pods", n=N, m=m or min(sizes.update), skip_zero_advantage=m is None)
+        chosen = trainer.down_sample(cu, source.rewards, step=i + 1, sizes=source.sizes)
+        if m is None:
+            chosen = chosen._replace(advantages=torch.zeros_like(chosen.advantages))
+        t, cpu = time.perf_counter(), time.process_time()  # as the trainer times it: PeakMemory's set-up included
+        with trainer.PeakMemory(accelerator.device) as mem:
+            trainer.update(s, cu, source.rollouts, chosen, step=i + 1)
+        wall_s, cpu_s = time.perf_counter() - t, time.process_time() - cpu
+        if i:
+            rows = 1 if m is None else P * m
+            updates.append({"m": m, "rows": rows, "seconds": cpu_s if by_cpu else wall_s, "wall_s": wall_s,
+                            "cpu_s": cpu_s, "peak_mb": mem.peak_mb if math.isfinite(mem.peak_mb) else None})
+        bar.update(1)
+
     try:
         generate(min(sizes.generate))  # warm-up: first-call costs (allocations, kernels) are not a step's
-        points, largest = [], []
-        lengths = rewards = 0.0
-        scoring_s = scored = 0
-        for n in sizes.generate:
-            for _ in range(sizes.calls):
-                bar.set_postfix(n=n)
-                g, cpu_s = generate(n)
-                rows = P * n
-                points.append({"n": n, "rows": rows, "calls": engine_calls(P, n, batch_size),
-                               "seconds": cpu_s if by_cpu else g.generation_s, "wall_s": g.generation_s, "cpu_s": cpu_s})
-                scoring_s, scored = scoring_s + (0.0 if by_cpu else g.scoring_s), scored + rows
-                lengths += float(g.rollouts.completion_mask.sum())
-                rewards += float(g.rewards.sum())
-                if n == max(sizes.generate):
-                    largest.append(g)
-        updates = []
-        source = largest[0]
-        N = max(sizes.generate)
-        for i, m in enumerate([min(sizes.update)] + sorted(sizes.update)):  # the first: warm-up (optimizer state)
-            bar.set_postfix(update_m=m)
-            cu = replace(c, mode="pods", n=N, m=m, skip_zero_advantage=False)
-            chosen = trainer.down_sample(cu, source.rewards, step=i + 1, sizes=source.sizes)
-            t, cpu = time.perf_counter(), time.process_time()  # as the trainer times it: PeakMemory's set-up included
-            with trainer.PeakMemory(accelerator.device) as mem:
-                trainer.update(s, cu, source.rollouts, chosen, step=i + 1)
-            wall_s, cpu_s = time.perf_counter() - t, time.process_time() - cpu
-            if i:
-                updates.append({"m": m, "rows": P * m, "seconds": cpu_s if by_cpu else wall_s, "wall_s": wall_s, "cpu_s": cpu_s,
-                                "peak_mb": mem.peak_mb if math.isfinite(mem.peak_mb) else None})
-            bar.update(1)
+        # generate and update alternate, as in a run's steps (each update follows a generate call)
+        for i, n in enumerate(generate_sizes):
+            bar.set_postfix(n=n)
+            g, cpu_s = generate(n)
+            rows = P * n
+            points.append({"n": n, "rows": rows, "calls": engine_calls(P, n, batch_size),
+                           "seconds": cpu_s if by_cpu else g.generation_s, "wall_s": g.generation_s, "cpu_s": cpu_s})
+            scoring_s, scored = scoring_s + (0.0 if by_cpu else g.scoring_s), scored + rows
+            lengths += float(g.rollouts.completion_mask.sum())
+            rewards += float(g.rewards.sum())
+            if n == N:
+                largest.append(g)
+            if i < len(update_sizes):
+                update(i, update_sizes[i], largest[0])
+        for i in range(len(generate_sizes), len(update_sizes)):  # more updates than generate calls
+            update(i, update_sizes[i], largest[0])
     finally:
         bar.close()
         s.scorer.close()
@@ -328,13 +469,22 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
     }
 
 
-def plan(c: Config, sizes: Sizes | None = None, signal: str = "measured", progress: bool | None = None) -> dict:
-    """Measure and predict; the report ``podsrl plan`` prints and writes as JSON."""
+def plan(c: Config, sizes: Sizes | None = None, signal: str = "measured", progress: bool | None = None,
+         signal_from: list[Path] | None = None) -> dict:
+    """Measure and predict; the report ``podsrl plan`` prints and writes as JSON. ``signal_from``:
+    earlier runs on the task whose reward signal sets the rollouts each update trains."""
     sizes = sizes or default_sizes(c)
     check_plan(c, sizes)
+    if signal_from and signal == "all":
+        raise PodsError("--signal all trains every selected rollout; --signal-from has no part in it: give one of them")
+    earlier = read_signal(signal_from) if signal_from else None
+    if earlier is not None and earlier.prompts != c.prompts_per_step:
+        raise PodsError(f"--signal-from: its runs took {earlier.prompts} prompts a step, this config "
+                        f"{c.prompts_per_step}; the mixed groups a step are counted over the prompts of a step")
     started = time.perf_counter()
     m = measure(c, sizes, c.progress if progress is None else progress)
-    rows = predict(c, m["model"], sizes, m["groups"], signal)
+    signal = "runs" if earlier is not None else signal
+    rows = predict(c, m["model"], sizes, m["groups"], signal, earlier)
     return {
         "model": c.model.name_or_path, "task": c.task.name, "device": m["device"], "mixed_precision": m["mixed_precision"],
         "clock": c.clock,
@@ -345,6 +495,10 @@ def plan(c: Config, sizes: Sizes | None = None, signal: str = "measured", progre
             "mean_completion_length": m["mean_completion_length"], "reward_mean": m["reward_mean"],
         },
         "fit": asdict(m["model"]),
+        "signal_from": None if earlier is None else {
+            "runs": earlier.runs, "n": earlier.n, "prompts_per_step": earlier.prompts, "steps": len(earlier.means),
+            "reward_mean": sum(earlier.means) / len(earlier.means), "concentration": earlier.concentration,
+            "mixed_share": sum(earlier.mixed) / (earlier.prompts * len(earlier.mixed))},
         "settings": rows,
         "verdicts": verdicts(rows),
         "warnings": fit_warnings(m["model"]),
@@ -383,6 +537,12 @@ def render(report: dict) -> str:
     signal = ("every selected rollout trained (--signal all)" if report["signal"] == "all" else
               "rollouts with a non-zero advantage, as drawn from the measured groups (reward mean "
               f"{g['reward_mean']:.2f} at the start of training; --signal all: every selected one)")
+    if report["signal"] == "runs":
+        e = report["signal_from"]
+        signal = (f"rollouts with a non-zero advantage over the reward signal of {len(e['runs'])} earlier run(s) "
+                  f"({e['steps']} steps of n = {e['n']}: reward mean {e['reward_mean']:.3f}, groups with both values "
+                  f"{e['mixed_share']:.3f}; prompts' success rates fitted as Beta with concentration "
+                  f"{e['concentration']:.3g})")
     out = [
         f"podsrl plan: {report['model']} on {report['device']} ({report['threads']} threads, mixed precision "
         f"{report['mixed_precision']}), engine {report['engine']}, task {report['task']}, "
