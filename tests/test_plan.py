@@ -260,6 +260,10 @@ def test_read_signal_takes_each_step_and_refuses_what_the_model_does_not_fit(tmp
         plan.read_signal([a, write_run(tmp_path / "c", [(0.5, 1)], n=16)])
     with pytest.raises(plan.PodsError, match="not a run's folder"):
         plan.read_signal([tmp_path / "missing"])
+    odd = write_run(tmp_path / "odd", [(0.5, 1)])
+    (odd / "metrics.jsonl").write_text('{"step": 1, "frac_zero_std_groups": 0.5}\n')
+    with pytest.raises(plan.PodsError, match="not a podsrl run's config.yaml and metrics.jsonl"):
+        plan.read_signal([odd])
 
 
 def test_signal_from_sets_the_trained_rollouts_end_to_end(capsys, tmp_path, tiny_overrides):

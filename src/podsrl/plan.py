@@ -257,9 +257,10 @@ def fit_concentration(means: list[float], mixed: list[int], prompts: int, n: int
 
 def read_signal(folders: list[Path]) -> Signal:
     """The reward signal of finished runs (``metrics.jsonl`` and ``config.yaml`` in each): runs
-    of one n and one prompt count, whose every group's generated rollouts are the ones its mixed
-    count sees (GRPO, GRPO-GA, or PODS max-variance), with 0/1 rewards (checked: each step's
-    reward variance is the one 0/1 values of its mean have)."""
+    of one n and one prompt count, on one process (their mixed count is over the step's groups of
+    every process), whose every group's generated rollouts are the ones its mixed count sees (GRPO,
+    GRPO-GA, or PODS max-variance), with 0/1 rewards (checked: each step's reward variance is the
+    one 0/1 values of its mean have)."""
     import yaml
 
     means, mixed, shape = [], [], set()
@@ -279,17 +280,22 @@ def read_signal(folders: list[Path]) -> Signal:
         if cfg.get("mode") == "pods" and cfg.get("rule") != "max_variance":
             raise PodsError(f"--signal-from {folder}: a PODS run's mixed groups count its whole groups only under "
                             f"rule max_variance, not {cfg.get('rule')}")
-        n, P = int(cfg["n"]), int(cfg["prompts_per_step"])
+        try:
+            n, P = int(cfg["n"]), int(cfg["prompts_per_step"])
+            steps = [(r["step"], float(r["generated_reward_mean"]), float(r["generated_reward_std"]),
+                      int(r["rollouts_generated"]), float(r["frac_zero_std_groups"]))
+                     for r in rows if isinstance(r, dict) and "frac_zero_std_groups" in r]
+        except (KeyError, TypeError, ValueError) as e:
+            raise PodsError(f"--signal-from {folder}: not a podsrl run's config.yaml and metrics.jsonl "
+                            f"({type(e).__name__}: {e})") from None
         shape.add((n, P))
-        steps = [r for r in rows if "frac_zero_std_groups" in r]
-        for r in steps:
-            mean, std, count = r["generated_reward_mean"], r["generated_reward_std"], r["rollouts_generated"]
+        for step, mean, std, count, zero_std in steps:
             binary = count * mean * (1 - mean) / max(count - 1, 1)
             if not (0 <= mean <= 1) or abs(std**2 - binary) > 1e-6 * max(1.0, binary):
-                raise PodsError(f"--signal-from {folder}: step {r['step']}'s rewards are not 0/1 (mean {mean:.4g}, "
+                raise PodsError(f"--signal-from {folder}: step {step}'s rewards are not 0/1 (mean {mean:.4g}, "
                                 f"std {std:.4g}); the signal model is for 0/1 rewards")
-            means.append(float(mean))
-            mixed.append(round((1 - r["frac_zero_std_groups"]) * P))
+            means.append(mean)
+            mixed.append(round((1 - zero_std) * P))
     if len(shape) > 1:
         raise PodsError(f"--signal-from: runs of one n and prompts_per_step are needed, got {sorted(shape)}")
     if not means:
