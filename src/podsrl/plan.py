@@ -53,7 +53,7 @@ import torch
 from tqdm.auto import tqdm
 
 from podsrl.config import Config, to_dict
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, os_reason
 
 MEASURED_STEP_FRACTION = {
     "grpo": (0.45, "[0.38-1.09]", "PODS (n = 32, m = 8) reached GRPO's (n = 8) seed-mean peak in 0.45x its optimizer "
@@ -271,7 +271,7 @@ def read_signal(folders: list[Path]) -> Signal:
             rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
         except OSError as e:
             raise PodsError(f"--signal-from {folder}: not a run's folder (config.yaml and metrics.jsonl): "
-                            f"{e.strerror or e}") from None
+                            f"{os_reason(e)}") from None
         except (ValueError, yaml.YAMLError) as e:
             raise PodsError(f"--signal-from {folder}: unreadable run files ({type(e).__name__})") from None
         if not isinstance(cfg, dict) or cfg.get("adaptive_n") or cfg.get("dynamic_sampling"):
