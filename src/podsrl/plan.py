@@ -56,13 +56,17 @@ from podsrl.config import Config, to_dict
 from podsrl.errors import PodsError, os_reason
 
 MEASURED_STEP_FRACTION = {
-    "grpo": (0.45, "[0.38-1.09]", "PODS (n = 32, m = 8) reached GRPO's (n = 8) seed-mean peak in 0.45x its optimizer "
-                                  "steps [95% CI 0.38-1.09], 8 seeds"),
-    "grpo-ga": (1.05, "[0.59-inf]", "PODS (n = 32, m = 8) reached GRPO-GA's (n = 32) seed-mean peak in 1.05x its "
-                                    "optimizer steps [95% CI 0.59-inf], 5 seeds"),
+    "grpo": (0.51, "[0.41-0.69]", "PODS (n = 32, m = 8) reached 90% of GRPO's (n = 8) gain in 0.51x its optimizer "
+                                  "steps [95% CI 0.41-0.69], 8 seeds, post hoc"),
+    "grpo-ga": (0.84, "[0.50-1.02]", "PODS (n = 32, m = 8) reached 90% of GRPO-GA's (n = 32) gain in 0.84x its "
+                                     "optimizer steps [95% CI 0.50-1.02], 5 seeds, post hoc"),
 }
 """The fraction of the baseline's optimizer steps PODS needed, as measured: the seed mean, its
-interval, and what was measured."""
+interval, and what was measured. The measure is the steps to 90% of the baseline's gain (from
+the step-0 accuracy to its final level), not the paper's steps to the baseline's peak, which is
+biased and unstable on these runs (docs/experiments/compare-2digit.md); it was defined after the
+runs were seen (post hoc) and is replaced by the confirmation's pre-registered figures once
+they exist."""
 MEASURED_SOURCE = ("two-digit arithmetic, SmolLM2-135M-Instruct, docs/experiments/compare-2digit.md; "
                    "measured on one task and model, not a law")
 SIGNAL_DRAWS = 64
