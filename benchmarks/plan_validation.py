@@ -40,6 +40,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))  # podsrl from this checkout, as the podsrl commands it runs take it
 RESULTS = REPO / "benchmarks" / "results"
 EVIDENCE_A, EVIDENCE_B = RESULTS / "evidence_a_arithmetic_2digit", RESULTS / "evidence_b_arithmetic_2digit"
 DEFAULT_CONFIG = EVIDENCE_A / "task.yaml"
@@ -58,8 +59,10 @@ TOLERANCE = 0.15
 
 
 def finished_runs(method_folder: Path) -> list[Path]:
-    """A method's seed folders whose runs reached their configured last step."""
+    """A method's seed folders whose runs reached their configured last step (compare's test)."""
     import yaml
+
+    from podsrl.compare import finished_at
 
     done = []
     for folder in sorted(method_folder.glob("seed-*")):
@@ -67,15 +70,16 @@ def finished_runs(method_folder: Path) -> list[Path]:
             steps = yaml.safe_load((folder / "config.yaml").read_text())["steps"]
         except (OSError, KeyError, TypeError):
             continue
-        if (folder / "metrics.jsonl").is_file() and any(r["step"] >= steps for r in run_steps(folder)):
+        if (finished_at(folder, "step") or 0) >= steps:
             done.append(folder)
     return done
 
 
 def run_steps(folder: Path) -> list[dict]:
-    """A run's logged training steps (evaluation-only lines left out)."""
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [r for r in rows if "update_s" in r]
+    """A run's logged training steps (evaluation-only lines left out), read as the trainer reads them."""
+    from podsrl.checkpoint import read_metrics
+
+    return [r for r in read_metrics(folder / "metrics.jsonl") if "update_s" in r]
 
 
 def measured(folders: list[Path]) -> dict:
@@ -123,7 +127,6 @@ def compare(report: dict, runs: dict, clock: str) -> list[dict]:
     """For each method: the plan's row, the runs' means and the ratios predicted / measured: the
     plan's prediction, its prediction at the start of training's signal (where the plan took an
     earlier run's), and its cost model given the rollouts the runs trained."""
-    sys.path.insert(0, str(REPO / "src"))
     from podsrl.plan import CostModel
 
     model = CostModel(**report["fit"])

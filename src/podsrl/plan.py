@@ -188,6 +188,7 @@ def trained_rollouts(c: Config, groups: torch.Tensor, generator: torch.Generator
     whose advantage is not 0 where ``skip_zero_advantage`` applies (at least one a step, as the
     trainer keeps), else every selected one."""
     from podsrl.config import trained_per_prompt
+    from podsrl.trainer import skips_zero_advantage
 
     P = c.prompts_per_step
     if not skips_zero_advantage(c):
@@ -199,11 +200,6 @@ def trained_rollouts(c: Config, groups: torch.Tensor, generator: torch.Generator
     per_group = _trained_per_group(c, rewards)
     per_group = per_group[torch.randperm(len(per_group), generator=generator)]
     return float(per_group[: len(per_group) // P * P].view(-1, P).sum(1).clamp(min=1).mean())
-
-
-def skips_zero_advantage(c: Config) -> bool:
-    """Whether the update skips rollouts whose advantage is 0 (as the trainer's micro_batches does)."""
-    return c.skip_zero_advantage and c.beta == 0
 
 
 def _trained_per_group(c: Config, rewards: torch.Tensor) -> torch.Tensor:
@@ -267,17 +263,19 @@ def read_signal(folders: list[Path]) -> Signal:
     one 0/1 values of its mean have)."""
     import yaml
 
+    from podsrl.checkpoint import read_metrics
+
     means, mixed, shape = [], [], set()
     for folder in folders:
         folder = Path(folder)
         try:
             cfg = yaml.safe_load((folder / "config.yaml").read_text())
-            rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
         except OSError as e:
             raise PodsError(f"--signal-from {folder}: not a run's folder (config.yaml and metrics.jsonl): "
                             f"{os_reason(e)}") from None
         except (ValueError, yaml.YAMLError) as e:
             raise PodsError(f"--signal-from {folder}: unreadable run files ({type(e).__name__})") from None
+        rows = read_metrics(folder / "metrics.jsonl")  # a last line cut short dropped, as a run's resume does
         if not isinstance(cfg, dict) or cfg.get("adaptive_n") or cfg.get("dynamic_sampling"):
             raise PodsError(f"--signal-from {folder}: a run of one generate call of n per prompt a step is needed "
                             "(not adaptive_n or dynamic_sampling)")
@@ -288,7 +286,7 @@ def read_signal(folders: list[Path]) -> Signal:
             n, P = int(cfg["n"]), int(cfg["prompts_per_step"])
             steps = [(r["step"], float(r["generated_reward_mean"]), float(r["generated_reward_std"]),
                       int(r["rollouts_generated"]), float(r["frac_zero_std_groups"]))
-                     for r in rows if isinstance(r, dict) and "frac_zero_std_groups" in r]
+                     for r in rows if "frac_zero_std_groups" in r]
         except (KeyError, TypeError, ValueError) as e:
             raise PodsError(f"--signal-from {folder}: not a podsrl run's config.yaml and metrics.jsonl "
                             f"({type(e).__name__}: {e})") from None
@@ -314,6 +312,7 @@ def trained_over_runs(c: Config, signal: Signal, rng: np.random.Generator, draws
     mean reward, ``c.n`` 0/1 rewards each, then ``c``'s selection (at least one a step where the
     trainer skips zero advantages)."""
     from podsrl.config import trained_per_prompt
+    from podsrl.trainer import skips_zero_advantage
 
     P = c.prompts_per_step
     if not skips_zero_advantage(c):
@@ -406,8 +405,13 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
     P = c.prompts_per_step
     batch_size = getattr(s.engine, "batch_size", None)
     by_cpu = c.clock == "cpu"  # this process's CPU seconds, as the trainer's train_cpu_seconds counts a step
-    total = 1 + len(set(sizes.generate)) * sizes.calls + 1 + len(sizes.update) + int(c.skip_zero_advantage and c.beta == 0)
-    bar = tqdm(total=total, desc="plan", unit="call", disable=not progress)
+    N = max(sizes.generate)
+    # the updates (rollouts per prompt; None: a step whose advantages are all 0, which trains one
+    # row where zero-advantage rollouts are skipped), the first a warm-up (optimizer state)
+    update_sizes = [min(sizes.update)] + sorted(sizes.update) + ([None] if trainer.skips_zero_advantage(c) else [])
+    # the generate calls, the largest n first: its rollouts are the ones the updates train
+    generate_sizes = [n for n in sorted(set(sizes.generate), reverse=True) for _ in range(sizes.calls)]
+    bar = tqdm(total=1 + len(generate_sizes) + len(update_sizes), desc="plan", unit="call", disable=not progress)
     call = 0
 
     def generate(n: int):
@@ -421,13 +425,6 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
         bar.update(1)
         return groups, time.process_time() - cpu
 
-    N = max(sizes.generate)
-    skips = c.skip_zero_advantage and c.beta == 0
-    # the updates (rollouts per prompt; None: a step whose advantages are all 0, which trains one
-    # row where zero-advantage rollouts are skipped), the first a warm-up (optimizer state)
-    update_sizes = [min(sizes.update)] + sorted(sizes.update) + ([None] if skips else [])
-    # the generate calls, the largest n first: its rollouts are the ones the updates train
-    generate_sizes = [n for n in sorted(set(sizes.generate), reverse=True) for _ in range(sizes.calls)]
     points, largest, updates = [], [], []
     lengths = rewards = 0.0
     scoring_s = scored = 0

@@ -249,6 +249,12 @@ class MicroBatches(NamedTuple):
     accumulation_steps: int  # micro-batches of TRL's split of the optimizer batch
 
 
+def skips_zero_advantage(c: Config) -> bool:
+    """Whether the update skips rollouts whose advantage is exactly 0: with
+    ``skip_zero_advantage`` and no KL term (with one, every rollout's KL gradient counts)."""
+    return c.skip_zero_advantage and c.beta == 0
+
+
 def micro_batches(c: Config, adv: torch.Tensor, mask: torch.Tensor, size: int) -> MicroBatches:
     """Step 6a: the chosen rollouts in micro-batches of ``size``, as TRL splits the optimizer
     batch. Without a KL term, a rollout whose advantage is exactly 0 adds nothing to the gradient,
@@ -257,7 +263,7 @@ def micro_batches(c: Config, adv: torch.Tensor, mask: torch.Tensor, size: int) -
     left, packed)."""
     split = list(torch.split(torch.arange(len(adv)), size))
     tokens = [float(mask[p].sum()) for p in split]
-    if not (c.skip_zero_advantage and c.beta == 0):
+    if not skips_zero_advantage(c):
         return MicroBatches(split, tokens, len(split))
     if c.loss_type == "bnpo":
         kept = [(p[adv[p] != 0], t) for p, t in zip(split, tokens)]
@@ -336,7 +342,7 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     s.engine.sync_weights()
     # d. over ranks: each rank's loss is normalised by its share, so their mean is the global loss;
     # rows skipped had no tokens in the loss: they count as not clipped, KL 0
-    skipped = len(rows) - sum(len(p) for p in batches.parts) if c.skip_zero_advantage and c.beta == 0 else 0
+    skipped = len(rows) - sum(len(p) for p in batches.parts) if skips_zero_advantage(c) else 0
     keys = ["loss", "clip_low", "clip_high", "clip_region", "kl", "sampling_ratio", "sampling_clipped", "weighed"]
     summed = dict(zip(keys + ["tokens", "skipped"], _sum_over_ranks(
         acc, [totals[k] for k in keys] + [float(mask.sum()) * c.num_iterations, float(max(skipped, 0))])))
