@@ -237,7 +237,7 @@ def read_metrics(path: Path) -> list[dict]:
     except UnicodeDecodeError:
         raise PodsError(f"{path}: not a podsrl log (not UTF-8 text)") from None
     except OSError as e:
-        raise PodsError(f"cannot read {path}: {e.strerror or e}") from None
+        raise PodsError(f"cannot read {path}: {os_reason(e)}") from None
     lines = text.split("\n")
     records = []
     for number, line in enumerate(lines, 1):

@@ -103,7 +103,7 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
         if out.exists() and not out.is_dir():
             raise PodsError(f"--out {out} is a file, not a folder")
     except OSError as e:  # a name too long, ...
-        raise PodsError(f"cannot use --out {out}: {e.strerror or e}") from None
+        raise PodsError(f"cannot use --out {out}: {os_reason(e)}") from None
     if keep not in KEEP:
         raise PodsError(f"keep must be one of {', '.join(KEEP)}, got {keep!r}")
     if jobs < 1:

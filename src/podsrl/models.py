@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from podsrl import hub
-from podsrl.errors import PodsError, first_line
+from podsrl.errors import PodsError, first_line, os_reason
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def _plain_from_gguf(gguf: Path) -> Path:
         stat = gguf.stat()
     except OSError as e:
         raise PodsError(f"GGUF file not found: {gguf}" if isinstance(e, FileNotFoundError) else
-                        f"cannot read GGUF file {gguf}: {e.strerror}") from None
+                        f"cannot read GGUF file {gguf}: {os_reason(e)}") from None
     key = _content_key(gguf, stat.st_size)  # by content: the copies in several virtualenvs share one
     target = _cache_root() / "gguf" / f"{gguf.stem}-{key}"
     if (target / "config.json").exists():
@@ -98,7 +98,7 @@ def _plain_from_gguf(gguf: Path) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:
-        raise PodsError(f"cannot write the converted model to {target.parent}: {e.strerror or e}") from None
+        raise PodsError(f"cannot write the converted model to {target.parent}: {os_reason(e)}") from None
     return target
 
 

@@ -126,7 +126,7 @@ def _claim(path: Path, resume: bool) -> RunFolder:
         path.mkdir(parents=True, exist_ok=True)
         fd, marked = _lock(path)
     except OSError as e:
-        raise PodsError(f"cannot write output_dir {path}: {e.strerror or e}") from None
+        raise PodsError(f"cannot write output_dir {path}: {os_reason(e)}") from None
     try:
         return RunFolder(path, _start(path, resume, marked), created, fd)
     except BaseException:  # refused: leave the folder exactly as it was found

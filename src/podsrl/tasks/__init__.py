@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, os_reason
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def _read_jsonl(path: Path) -> list[dict]:
                     raise PodsError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
                 rows.append(row)
     except OSError as e:
-        raise PodsError(f"cannot read {path}: {e.strerror}") from None
+        raise PodsError(f"cannot read {path}: {os_reason(e)}") from None
     except UnicodeDecodeError as e:
         raise PodsError(f"cannot read {path}: not UTF-8 text ({e.reason})") from None
     return rows
