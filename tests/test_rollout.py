@@ -211,9 +211,96 @@ def test_auto_decoder_asks_with_the_rows_of_one_call(tiny_model_dir, monkeypatch
     tok = models.load_tokenizer(tiny_model_dir)
     model = models.load_model(tiny_model_dir)
     asked = []
-    monkeypatch.setattr(hf, "choose_decoder", lambda device, rows: asked.append((device, rows)) or "static")
+    monkeypatch.setattr(hf, "choose_decoder", lambda device, rows, **_: asked.append((device, rows)) or "static")
     prompts = ["1 + 1 =", "a longer prompt than the first one", "x"]
     out = HFEngine(model, tok, batch_size=8).generate(prompts, 4, 1.0, 4, seeds=[1, 2, 3])  # 2 prompts per call
     one = HFEngine(model, tok, batch_size=64).generate(prompts[:1], 4, 1.0, 4, seeds=[1])  # fewer prompts than a call holds
     assert asked == [("cpu", 8), ("cpu", 4)]
     assert out.prompt_ids.shape[1] % 16 == 0 and one.prompt_ids.shape[1] % 16 == 0
+
+
+def autocast_forward(model):
+    """The model with its forward under bf16 autocast, as accelerate's mixed precision wraps it."""
+    forward = model.forward
+
+    def wrapped(*args, **kwargs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return forward(*args, **kwargs)
+
+    model.forward = wrapped
+    return model
+
+
+def test_the_static_cache_probe_foretells_static_generation_under_autocast(tiny_model_dir):
+    """Under bf16 autocast the keys leave the rotary embedding in float32 and the values leave
+    their projection in bf16. The probe says whether transformers' static cache holds both; it
+    must agree with what generating with that cache under autocast does here."""
+    tok = models.load_tokenizer(tiny_model_dir)
+    model = autocast_forward(models.load_model(tiny_model_dir))
+    ids = tok(["1 + 1 ="], return_tensors="pt")["input_ids"]
+    try:
+        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
+                       pad_token_id=tok.pad_token_id, cache_implementation="static")
+        generated = True
+    except RuntimeError as e:
+        assert "dtype" in str(e), e
+        generated = False
+    assert hf.static_cache_keeps_value_dtype.__wrapped__() == generated
+    engine = HFEngine(model, tok, decoder="auto", autocast=True)
+    assert engine.static_ok == generated
+    if generated:  # the static decoder runs under autocast through the engine too
+        out = HFEngine(model, tok, decoder="static", autocast=True).generate(["1 + 1 =", "x"], 2, 1.0, 4, seeds=[1, 2])
+        assert out.completion_ids.shape[0] == 4 and len(out.texts) == 4
+
+
+class KeysDtypeLayer:
+    """transformers' static layer before 5.24: both tensors in the keys' dtype."""
+
+    def __init__(self, max_cache_len: int, **kwargs):
+        self.max_cache_len = max_cache_len
+
+    def lazy_initialization(self, key_states, value_states):
+        self.keys = torch.zeros(*key_states.shape[:2], self.max_cache_len, key_states.shape[-1], dtype=key_states.dtype)
+        self.values = torch.zeros(*value_states.shape[:2], self.max_cache_len, value_states.shape[-1], dtype=key_states.dtype)
+
+
+class OwnDtypeLayer(KeysDtypeLayer):
+    """From 5.24: the values in their own dtype."""
+
+    def lazy_initialization(self, key_states, value_states):
+        super().lazy_initialization(key_states, value_states)
+        self.values = self.values.to(value_states.dtype)
+
+
+def test_a_static_cache_of_one_dtype_sends_auto_to_the_loop_and_refuses_static_under_autocast(monkeypatch):
+    import transformers.cache_utils
+
+    from podsrl.errors import PodsError
+
+    probe = hf.static_cache_keeps_value_dtype.__wrapped__
+    monkeypatch.setattr(transformers.cache_utils, "StaticLayer", OwnDtypeLayer)
+    assert probe() is True
+    monkeypatch.setattr(transformers.cache_utils, "StaticLayer", KeysDtypeLayer)
+    assert probe() is False
+    monkeypatch.delattr(transformers.cache_utils, "StaticLayer")
+    assert probe() is False  # no such layer: not to be relied on
+
+    monkeypatch.setattr(hf, "static_cache_keeps_value_dtype", lambda: False)
+    assert choose_decoder("cuda", 64, static_ok=False) == "loop" and choose_decoder("cuda", 64) == "static"
+    assert hf.static_allowed("auto", autocast=True) is False
+    assert hf.static_allowed("static", autocast=False) is True  # without autocast keys and values share a dtype
+    with pytest.raises(PodsError, match=r"rollout.decoder=static under mixed precision needs transformers >= 5.24 .*rollout.decoder=loop"):
+        HFEngine(torch.nn.Linear(1, 1), None, decoder="static", autocast=True)
+
+
+def test_a_run_that_cannot_decode_static_at_its_precision_is_refused_before_its_folder(tmp_path, monkeypatch):
+    from podsrl.config import load_config
+    from podsrl.errors import PodsError
+    from podsrl.trainer import make_accelerator
+
+    monkeypatch.setattr(hf, "static_cache_keeps_value_dtype", lambda: False)
+    out = tmp_path / "run"
+    c = load_config(None, ["rollout.decoder=static", "mixed_precision=bf16", f"output_dir={out}"])
+    with pytest.raises(PodsError, match="rollout.decoder=static under mixed precision"):
+        make_accelerator(c, out)
+    assert not out.exists()

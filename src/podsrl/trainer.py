@@ -150,6 +150,10 @@ def make_accelerator(c: Config, output_dir: Path | None) -> Accelerator:
     cuda = torch.cuda.is_available() and not sharding.cpu_processes()
     precision = mixed_precision(c.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
                                 "cuda" if cuda else "cpu", cuda and torch.cuda.is_bf16_supported(), c.model.dtype)
+    if c.rollout.engine == "hf":  # a decoder that cannot run at this precision: refused before the run's folder
+        from podsrl.rollout.hf import static_allowed
+
+        static_allowed(c.rollout.decoder, precision != "no")
     if c.mixed_precision is None and accelerate_state_exists():
         precision = None  # accelerate keeps one precision per process: the one already set
     # processes without a GPU each run on the CPU over gloo, sharded if the launcher asks
@@ -195,7 +199,7 @@ def load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: r
               task.system_prompt if c.task.system_prompt is None else c.task.system_prompt,
               scorer, run, ref_model=ref_model, head=head)
     s.engine = make_engine(c.rollout.engine, accelerator.unwrap_model(model), tokenizer, c.rollout,
-                           c.model.trust_remote_code)
+                           c.model.trust_remote_code, autocast=accelerator.mixed_precision != "no")
     state = {}
     if resume_from is not None:
         state = read_state(resume_from)

@@ -81,12 +81,13 @@ def check_engine(name: str, config) -> None:
         check_vllm(config)
 
 
-def make_engine(name: str, model, tokenizer, config, trust_remote_code: bool = False) -> RolloutEngine:
+def make_engine(name: str, model, tokenizer, config, trust_remote_code: bool = False, autocast: bool = False) -> RolloutEngine:
+    """``autocast``: the model's forward runs under mixed precision (see :class:`HFEngine`)."""
     if name == "hf":
         from podsrl.rollout.hf import HFEngine
 
         return HFEngine(model, tokenizer, top_p=config.top_p, batch_size=config.batch_size,
-                        share_prompt_cache=config.share_prompt_cache, decoder=config.decoder)
+                        share_prompt_cache=config.share_prompt_cache, decoder=config.decoder, autocast=autocast)
     if name == "vllm":
         from podsrl.rollout.vllm import VLLMEngine
 

@@ -40,6 +40,22 @@ def cache_kwarg() -> str:
     return "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
 
 
+@functools.cache
+def static_cache_keeps_value_dtype() -> bool:
+    """Whether transformers' static KV cache stores the values in their own dtype. Under bf16
+    autocast the keys leave the rotary embedding in float32 and the values leave their projection
+    in bf16; a static cache that allocates both in the keys' dtype (transformers before 5.24)
+    fails at its first update. Asked of the cache itself, on two tiny tensors."""
+    try:
+        from transformers.cache_utils import StaticLayer
+
+        layer = StaticLayer(max_cache_len=1)
+        layer.lazy_initialization(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2, dtype=torch.bfloat16))
+        return layer.values.dtype == torch.bfloat16
+    except (ImportError, TypeError, AttributeError, RuntimeError):  # no such layer, or another interface
+        return False
+
+
 M32 = 0xFFFFFFFF
 
 
@@ -119,14 +135,30 @@ a CUDA GPU. Provisional: on one H100 (SmolLM2-135M, 16 new tokens) the static de
 512 lies between the two measured sizes (``benchmarks/rollout.py --crossover`` measures more)."""
 
 
-def choose_decoder(device_type: str, rows: int, static_max_rows: int = STATIC_MAX_ROWS) -> str:
+def static_allowed(decoder: str, autocast: bool) -> bool:
+    """Whether the static decoder can run under this precision; a ``decoder`` of ``static`` that
+    cannot is refused (PodsError), before any run folder or model is touched."""
+    ok = not autocast or static_cache_keeps_value_dtype()
+    if decoder == "static" and not ok:
+        import transformers
+
+        from podsrl.errors import PodsError
+
+        raise PodsError(f"rollout.decoder=static under mixed precision needs transformers >= 5.24 (installed: "
+                        f"{transformers.__version__}, whose static cache stores the values in the keys' dtype); "
+                        "use rollout.decoder=loop or mixed_precision=no, or upgrade transformers")
+    return ok
+
+
+def choose_decoder(device_type: str, rows: int, static_max_rows: int = STATIC_MAX_ROWS, static_ok: bool = True) -> str:
     """The decoder ``auto`` runs for a generate call of ``rows`` sequences on a ``device_type``
     device: ``static`` on a CUDA GPU up to ``static_max_rows`` rows (a step of few rows is bound by
     kernel launches, which CUDA graphs cut to one per step), else ``loop`` (large steps, and any
-    CPU, are bound by arithmetic, which dropping finished rows saves)."""
+    CPU, are bound by arithmetic, which dropping finished rows saves). ``static_ok=False`` (a
+    static cache that would fail here): ``loop`` always."""
     if rows < 1:
         raise ValueError(f"rows per call must be >= 1, got {rows}")
-    return "static" if device_type == "cuda" and rows <= static_max_rows else "loop"
+    return "static" if static_ok and device_type == "cuda" and rows <= static_max_rows else "loop"
 
 
 class HFEngine:
@@ -141,12 +173,16 @@ class HFEngine:
     small model is bound by kernel launches); prompts are padded to a multiple of 16 tokens, so
     that few shapes are compiled, and each row is prefilled on its own. ``"auto"`` (the default)
     picks one of ``static`` and ``loop`` per call of :meth:`generate` by :func:`choose_decoder`.
+    ``autocast``: the model's forward runs under mixed precision (the trainer's accelerator); then
+    ``auto`` takes ``loop`` and ``static`` is refused where transformers' static cache cannot hold
+    keys and values of two dtypes (:func:`static_cache_keeps_value_dtype`).
     """
 
     def __init__(self, model, tokenizer, top_p: float = 1.0, batch_size: int | None = None,
-                 share_prompt_cache: bool = True, decoder: str = "auto"):
+                 share_prompt_cache: bool = True, decoder: str = "auto", autocast: bool = False):
         if decoder not in DECODERS:
             raise ValueError(f"unknown decoder {decoder!r}; known: {', '.join(DECODERS)}")
+        self.static_ok = static_allowed(decoder, autocast)
         self.model, self.tokenizer = model, tokenizer
         self.top_p = top_p
         device = next(model.parameters()).device
@@ -177,7 +213,8 @@ class HFEngine:
         pad = self.tokenizer.pad_token_id
         device = next(self.model.parameters()).device
         per_call = max(1, self.batch_size // n)  # prompts per generate call
-        decoder = self.decoder if self.decoder != "auto" else choose_decoder(device.type, min(per_call, len(prompts)) * n)
+        decoder = self.decoder if self.decoder != "auto" else choose_decoder(device.type, min(per_call, len(prompts)) * n,
+                                                                                static_ok=self.static_ok)
         static = decoder == "static"
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False,
                              pad_to_multiple_of=16 if static else None)
