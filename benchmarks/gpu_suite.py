@@ -26,7 +26,8 @@ log; run again with ``--retry-failed``) and what was skipped and why (a package 
 CUDA GPU: looked at again on every invocation). With ``--max-minutes``, a unit starts only if it is
 expected to end in time (from the longest finished unit of its kind, else a prior), and one still
 running at the limit is stopped and starts again next time. ``gpu_suite/environment.txt`` records
-the device and the versions. Exit status: 0 when every chosen step is done or skipped, 1 when a
+the device and the versions. A run of step a starts only on the device its finished runs were trained on
+(their training clocks compare on one device alone). Exit status: 0 when every chosen step is done or skipped, 1 when a
 unit failed, 2 on bad arguments, 3 when the time limit stopped it (run again to continue).
 
 On a GPU machine without network, ``benchmarks/gpu_wheels.py`` brings the Python packages podsrl
@@ -323,6 +324,19 @@ def missing(unit: Unit, cuda: bool) -> str | None:
     return f"needs the Python package(s) {', '.join(absent)} (not installed)" if absent else None
 
 
+def other_device(unit: Unit, state: State, device: str) -> str | None:
+    """Why a run of step a cannot run on this device: the step's finished runs were trained on
+    another, and runs on a training-clock budget compare only on one device. None if it can."""
+    if unit.kind != "a/run":
+        return None
+    seen = sorted({u.get("device") for u in state.data["units"].values() if u.get("kind") == "a/run"
+                   and u.get("status") == "done"} - {None})
+    if not seen or device in seen:
+        return None
+    return (f"step a's finished runs were trained on {', '.join(seen)}, this is {device}: their training clocks "
+            "would not compare (run it there, or remove compare_gpu.new/ and the step's records to start over)")
+
+
 def run_command(command: list[str], log, output, timeout: float | None) -> tuple[int, bool]:
     """Runs ``command`` in the repository, its standard output to ``output`` (or the log) and the
     console, its standard error to the log and the console; (exit code, stopped at the timeout)."""
@@ -388,7 +402,7 @@ def run_unit(unit: Unit, state: State, suite: Path, env: dict, deadline: float |
                 status, note = "stopped", "stopped at the time limit; it starts again next time"
                 break
             if code in unit.failed_codes or code not in unit.ok_codes:
-                status, note = "failed", f"exit code {code}; see {log_path}"
+                status, note = "failed", f"exit code {code}; see {rel(log_path)}"
                 break
             if output:
                 os.replace(output, unit.output)
@@ -399,7 +413,7 @@ def run_unit(unit: Unit, state: State, suite: Path, env: dict, deadline: float |
             said = unit.finish(log_path.read_text())
             note = said if status == "done" else f"{said}; {note}"
         except (RuntimeError, OSError, ValueError, KeyError, PodsError) as e:
-            status, note = "failed", f"{e}; see {log_path}"
+            status, note = "failed", f"{e}; see {rel(log_path)}"
     seconds = time.monotonic() - start
     state.record(unit.key, kind=unit.kind, status=status, seconds=round(seconds, 1), note=note, device=env["device"],
                  log=str(log_path.relative_to(suite.parent)))
@@ -516,7 +530,7 @@ def run(args) -> int:
         if waiting:
             print(f"[{unit.key}] waits for {', '.join(waiting)}", flush=True)
             continue
-        why = missing(unit, cuda)
+        why = missing(unit, cuda) or other_device(unit, state, env["device"])
         if why:
             state.record(unit.key, kind=unit.kind, status="skipped", note=why, device=env["device"])
             print(f"[{unit.key}] skipped: {why}", flush=True)

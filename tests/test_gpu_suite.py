@@ -250,3 +250,19 @@ def test_wheels_cut_into_folders_install_once_every_part_has_arrived(tmp_path, m
         monkeypatch.setattr(wheels_module, "GROUPS", {"core": [("beta==2.0", "beta")]})
         make_wheel(wheels, "Beta", "2.0", b"x").rename(wheels / "beta-2.0-py2-none-any.whl")
         wheels_module.pack(["core"], wheels, out, mib)
+
+
+def test_runs_of_the_headline_start_only_on_the_device_of_its_finished_runs(tmp_path):
+    """Runs on a training-clock budget compare on one device alone: a later invocation on another
+    device skips step a's runs, and runs them again on the first device."""
+    suite = suite_module()
+    state = suite.State(tmp_path / "state.json", {"x": 1})
+    run = suite.Unit("a/pods/seed-1", "a/run", prior_s=300.0)
+    tests = suite.Unit("b/tests/test_x.py", "b/tests", prior_s=60.0)
+    assert suite.other_device(run, state, "NVIDIA H100 80GB HBM3") is None  # nothing has run yet
+    state.record("a/grpo/seed-0", kind="a/run", status="done", seconds=160.0, device="NVIDIA H200")
+    state.record("a/pods/seed-0", kind="a/run", status="failed", seconds=10.0, device="NVIDIA H100 80GB HBM3")
+    why = suite.other_device(run, state, "NVIDIA H100 80GB HBM3")
+    assert why and "NVIDIA H200" in why and "this is NVIDIA H100 80GB HBM3" in why
+    assert suite.other_device(run, state, "NVIDIA H200") is None
+    assert suite.other_device(tests, state, "NVIDIA H100 80GB HBM3") is None  # other steps run anywhere
