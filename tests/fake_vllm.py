@@ -94,7 +94,7 @@ def install(monkeypatch, trainer, log: list, **fake) -> list:
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: log.append("empty_cache"))
     monkeypatch.setattr(trainer, "check_engine", lambda name, config: None)
 
-    def make_engine(name, model, tokenizer, config, trust_remote_code=False):
+    def make_engine(name, model, tokenizer, config, trust_remote_code=False, autocast=False):
         llm = FakeLLM(log, len(tokenizer), **fake)
         built.append(llm)
         return VLLMEngine(model, tokenizer, config, trust_remote_code, llm=llm)

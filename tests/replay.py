@@ -119,8 +119,8 @@ def install(trainer) -> None:
         return
     real = trainer.make_engine
 
-    def make_engine(name, model, tokenizer, config, *args):
-        engine = real(name, model, tokenizer, config, *args)
+    def make_engine(name, model, tokenizer, config, *args, **kwargs):
+        engine = real(name, model, tokenizer, config, *args, **kwargs)
         wrapped = Recording(engine, record) if record else Replay(engine, replay, tokenizer.pad_token_id)
         engines.append(wrapped)
         return wrapped
