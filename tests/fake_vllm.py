@@ -92,7 +92,7 @@ def install(monkeypatch, trainer, log: list, **fake) -> list:
     built = []
     monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=SamplingParams))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: log.append("empty_cache"))
-    monkeypatch.setattr(trainer, "check_engine", lambda name, config: None)
+    monkeypatch.setattr(trainer, "check_engine", lambda name, config, autocast=False: None)
 
     def make_engine(name, model, tokenizer, config, trust_remote_code=False, autocast=False):
         llm = FakeLLM(log, len(tokenizer), **fake)

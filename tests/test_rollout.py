@@ -294,13 +294,19 @@ def test_a_static_cache_of_one_dtype_sends_auto_to_the_loop_and_refuses_static_u
 
 
 def test_a_run_that_cannot_decode_static_at_its_precision_is_refused_before_its_folder(tmp_path, monkeypatch):
+    """The engine check asks the accelerator's precision, before the task, the model or the run's folder."""
+    from types import SimpleNamespace
+
     from podsrl.config import load_config
     from podsrl.errors import PodsError
-    from podsrl.trainer import make_accelerator
+    from podsrl.trainer import setup
 
     monkeypatch.setattr(hf, "static_cache_keeps_value_dtype", lambda: False)
     out = tmp_path / "run"
-    c = load_config(None, ["rollout.decoder=static", "mixed_precision=bf16", f"output_dir={out}"])
+    c = load_config(None, ["rollout.decoder=static", f"output_dir={out}"])
     with pytest.raises(PodsError, match="rollout.decoder=static under mixed precision"):
-        make_accelerator(c, out)
+        setup(c, SimpleNamespace(num_processes=1, mixed_precision="bf16"))
     assert not out.exists()
+    with pytest.raises(PodsError, match="data file not found"):  # at fp32 the check passes and setup goes on to the task
+        setup(load_config(None, ["rollout.decoder=static", f"output_dir={out}", "task.name=gsm8k",
+                                 f"task.path={tmp_path / 'absent.jsonl'}"]), SimpleNamespace(num_processes=1, mixed_precision="no"))

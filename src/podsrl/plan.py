@@ -400,7 +400,7 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
     if c.threads:
         torch.set_num_threads(c.threads)
     accelerator = trainer.make_accelerator(c, None)
-    check_engine(c.rollout.engine, c.rollout)
+    check_engine(c.rollout.engine, c.rollout, autocast=accelerator.mixed_precision != "no")
     task = task_from_config(c.task, c.seed)
     s = trainer.load(c, accelerator, task, trainer.make_scorer(c), run=None)
     P = c.prompts_per_step

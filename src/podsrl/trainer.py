@@ -126,7 +126,7 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         output_dir = Path(broadcast_object_list([str(output_dir)])[0])
     if c.prompts_per_step % accelerator.num_processes:
         raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
-    check_engine(c.rollout.engine, c.rollout)
+    check_engine(c.rollout.engine, c.rollout, autocast=accelerator.mixed_precision != "no")
     task = task_from_config(c.task, c.seed)
     if task.trains_on_test and accelerator.is_main_process:
         log.warning("task %s trains on its held-out problems (%s): held-out accuracy measures them after training "
@@ -150,10 +150,6 @@ def make_accelerator(c: Config, output_dir: Path | None) -> Accelerator:
     cuda = torch.cuda.is_available() and not sharding.cpu_processes()
     precision = mixed_precision(c.mixed_precision, os.environ.get("ACCELERATE_MIXED_PRECISION"),
                                 "cuda" if cuda else "cpu", cuda and torch.cuda.is_bf16_supported(), c.model.dtype)
-    if c.rollout.engine == "hf":  # a decoder that cannot run at this precision: refused before the run's folder
-        from podsrl.rollout.hf import static_allowed
-
-        static_allowed(c.rollout.decoder, precision != "no")
     if c.mixed_precision is None and accelerate_state_exists():
         precision = None  # accelerate keeps one precision per process: the one already set
     # processes without a GPU each run on the CPU over gloo, sharded if the launcher asks

@@ -73,8 +73,13 @@ class RolloutEngine(Protocol):
         ...
 
 
-def check_engine(name: str, config) -> None:
-    """Refuse, before any model loads, an engine setting this machine cannot run (``PodsError``)."""
+def check_engine(name: str, config, autocast: bool = False) -> None:
+    """Refuse, before any model loads, an engine setting this machine cannot run (``PodsError``);
+    ``autocast``: the model will run under mixed precision."""
+    if name == "hf":
+        from podsrl.rollout.hf import static_allowed
+
+        static_allowed(config.decoder, autocast)
     if name == "vllm":
         from podsrl.rollout.vllm import check_vllm
 

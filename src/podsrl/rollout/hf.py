@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from podsrl.errors import PodsError
 from podsrl.rollout import OnChunk, Rollouts
 
 
@@ -141,8 +142,6 @@ def static_allowed(decoder: str, autocast: bool) -> bool:
     ok = not autocast or static_cache_keeps_value_dtype()
     if decoder == "static" and not ok:
         import transformers
-
-        from podsrl.errors import PodsError
 
         raise PodsError(f"rollout.decoder=static under mixed precision needs transformers >= 5.24 (installed: "
                         f"{transformers.__version__}, whose static cache stores the values in the keys' dtype); "
