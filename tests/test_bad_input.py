@@ -528,6 +528,33 @@ def test_a_full_disk_while_checkpointing(capsys, tmp_path, tiny_overrides, monke
     assert cli(capsys, "train", *tiny_overrides, "steps=2", "resume=true")[0] == 0
 
 
+def test_ctrl_c_while_a_checkpoint_is_written_acts_once_it_is_whole(capsys, tmp_path, tiny_overrides, monkeypatch):
+    """Ctrl-C inside torch.save would cut the file short and surface as a writer's error
+    ("unexpected pos"), ending the run as a failed write (exit 2) without the step's checkpoint;
+    held back until the write ends, it ends the run as Ctrl-C (130) with that checkpoint whole."""
+    from podsrl import checkpoint
+
+    run = tmp_path / "run"
+    save = checkpoint.torch.save
+
+    def interrupted(obj, f, *a, **k):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # the signal is delivered and its handler has run before the write goes on
+        save(obj, f, *a, **k)
+
+    monkeypatch.setattr(checkpoint.torch, "save", interrupted)
+    code, err = cli(capsys, "train", *tiny_overrides, "steps=3", "save_every=2", "save_optimizer=true")
+    assert code == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (f"podsrl: interrupted; {run} keeps its metrics and the checkpoint of step 2 "
+                                            "(resume=true continues from it)")
+    kept = run / "checkpoints" / "step-000002"
+    assert json.loads((kept / "trainer_state.json").read_text())["step"] == 2
+    assert torch.load(kept / "optimizer.pt", weights_only=False)  # the whole file: it loads
+    assert not list((run / "checkpoints").glob(".tmp-*")) and not (run / rundir.LOCK).exists()
+    monkeypatch.undo()
+    assert cli(capsys, "train", *tiny_overrides, "steps=3", "resume=true")[0] == 0
+
+
 def train_under_a_file_size_limit(limit: int, *args: str) -> subprocess.CompletedProcess:
     """``podsrl train ARGS`` in a process that may write no file past ``limit`` bytes (a write
     past it fails with EFBIG, as one on a full disk fails with ENOSPC)."""

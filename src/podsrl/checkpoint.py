@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from podsrl import sharding
-from podsrl.errors import PodsError, first_line, os_reason
+from podsrl.errors import PodsError, first_line, interrupts_deferred, os_reason
 
 DEEPSPEED, DEEPSPEED_TAG = "deepspeed", "state"
 """Under DeepSpeed the optimizer state is saved by DeepSpeed, one partition per rank, in
@@ -164,29 +164,30 @@ def save_checkpoint(s, step: int, keep: int = 1, with_optimizer: bool = True) ->
         optimizer = optimizer_state(s.model, s.optimizer)
     acc.wait_for_everyone()
     if acc.is_main_process and error is None:
-        part = "model/"
-        try:
-            _share_tied(state_dict, acc.unwrap_model(s.model))
-            acc.unwrap_model(s.model).save_pretrained(tmp / "model", state_dict=state_dict)
-            s.tokenizer.save_pretrained(tmp / "model")
-            if optimizer is not None:
-                part = "optimizer.pt"
-                with open(tmp / part, "wb") as f:  # a file of ours: torch's error then carries the OSError
-                    torch.save(optimizer, f)
-            part = "trainer_state.json"
-            state = {"step": step, "train_seconds": s.train_seconds, "train_cpu_seconds": s.train_cpu_seconds,
-                     "sampling": s.sampler.state_dict(),
-                     "optimizer": with_optimizer}
-            (tmp / part).write_text(json.dumps(state))
-            part = ""
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-        except Exception as e:  # noqa: BLE001 (OSError; torch.save's RuntimeError, safetensors' SafetensorError, ...)
-            shutil.rmtree(tmp, ignore_errors=True)
-            error = _write_error(step, root, e, part)
-        else:
-            for old in sorted(root.glob("step-*"))[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
+        with interrupts_deferred():  # Ctrl-C during the write acts once the checkpoint is whole
+            part = "model/"
+            try:
+                _share_tied(state_dict, acc.unwrap_model(s.model))
+                acc.unwrap_model(s.model).save_pretrained(tmp / "model", state_dict=state_dict)
+                s.tokenizer.save_pretrained(tmp / "model")
+                if optimizer is not None:
+                    part = "optimizer.pt"
+                    with open(tmp / part, "wb") as f:  # a file of ours: torch's error then carries the OSError
+                        torch.save(optimizer, f)
+                part = "trainer_state.json"
+                state = {"step": step, "train_seconds": s.train_seconds, "train_cpu_seconds": s.train_cpu_seconds,
+                         "sampling": s.sampler.state_dict(),
+                         "optimizer": with_optimizer}
+                (tmp / part).write_text(json.dumps(state))
+                part = ""
+                shutil.rmtree(final, ignore_errors=True)
+                os.replace(tmp, final)
+            except Exception as e:  # noqa: BLE001 (OSError; torch.save's RuntimeError, safetensors' SafetensorError, ...)
+                shutil.rmtree(tmp, ignore_errors=True)
+                error = _write_error(step, root, e, part)
+            else:
+                for old in sorted(root.glob("step-*"))[:-keep]:
+                    shutil.rmtree(old, ignore_errors=True)
     error = _on_every_rank(acc, error)
     if error is not None:
         raise PodsError(error)

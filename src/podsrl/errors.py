@@ -4,8 +4,12 @@ point (``podsrl`` and the benchmark drivers) turns it into ``NAME: error: ...`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import os
+import signal
 import sys
+import threading
 from typing import Callable
 
 EXIT_BAD_INPUT = 2
@@ -18,6 +22,32 @@ class PodsError(Exception):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled as Ctrl-C is (the CLI raises it in the main thread)."""
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold Ctrl-C and SIGTERM back until the block ends, then act on them as their handlers would
+    have (KeyboardInterrupt, Terminated): for writes that must not be cut short, such as a
+    checkpoint (an interrupt inside torch.save surfaces as a writer error, not as Ctrl-C). Outside
+    the main thread, where handlers cannot be set, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, object]] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append((signum, frame)))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            signum, frame = caught[0]
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
 
 
 def first_line(e: BaseException) -> str:
