@@ -24,8 +24,9 @@ which change as the policy learns, so three predictions are compared:
   ``trained_sequences - skipped_zero_advantage``), which checks the cost model apart from the
   rewards.
 
-Outputs in ``--out`` (default ``benchmarks/results/plan_validation``): ``plan.json`` (the plan's
-report), ``plan.txt`` (its table), ``validation.json`` and ``validation.txt`` (the ratios).
+Outputs in ``--out`` (default ``benchmarks/results/plan_validation``; with ``--runs confirm``,
+``plan_validation_confirm``): ``plan.json`` (the plan's report), ``plan.txt`` (its table),
+``validation.json`` and ``validation.txt`` (the ratios).
 Target: every ratio of the plan's own prediction to the measured step within 1 +- 0.15.
 """
 
@@ -192,14 +193,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the plan's trained rollouts: over the reward signal of the set's GRPO runs (reference, "
                         "default), or the start of training's only (start; always with --train-steps)")
     parser.add_argument("--plan-args", default="--calls 3", help="arguments of podsrl plan (default: --calls 3)")
-    parser.add_argument("--out", default=str(RESULTS / "plan_validation"))
+    parser.add_argument("--out", help="output folder (default: benchmarks/results/plan_validation; with --runs "
+                                      "confirm, plan_validation_confirm)")
     args = parser.parse_args(argv)
     if args.config != str(DEFAULT_CONFIG) and "=" in args.config and not Path(args.config).exists():
         args.config, args.overrides = str(DEFAULT_CONFIG), [args.config, *args.overrides]
     overrides = merged(args.overrides or DEFAULT_OVERRIDES)
     if ("mode=grpo" in overrides or "mode: grpo\n" in Path(args.config).read_text()) and "mode=pods" not in overrides:
         raise SystemExit("plan_validation: give the PODS settings (mode=pods n=N m=M); GRPO is compared at n = m")
-    out = Path(args.out)
+    out = Path(args.out or RESULTS / ("plan_validation" if args.runs == "committed" else f"plan_validation_{args.runs}"))
     out.mkdir(parents=True, exist_ok=True)
 
     folders = {} if args.train_steps else {mode: finished_runs(f) for mode, f in RUN_SETS[args.runs].items()}
