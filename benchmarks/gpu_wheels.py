@@ -5,7 +5,7 @@ machine's Python), packed into folders of at most ``--folder-mib`` each (a wheel
 room left is cut into parts, so a transfer limit per copy is met), then installed there from
 whichever folders have arrived.
 
-    python benchmarks/gpu_wheels.py download [--groups core,trl,qlora] [--dir .whl] [--folder-mib 52]
+    python benchmarks/gpu_wheels.py download [--groups core,trl,qlora] [--dir .whl] [--folder-mib 46]
     # copy .whl/folder-1, .whl/folder-2, ... to the GPU machine (one at a time if need be), then there:
     python3 benchmarks/gpu_wheels.py install .whl/folder-1 [--stash /tmp/podsrl-wheels] [--target /tmp/site]
     export PYTHONPATH=/tmp/site
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("download", help="download and pack the wheels (needs network)")
     d.add_argument("--groups", default="core,trl,qlora", help=f"comma separated, among {', '.join(GROUPS)} (default: all)")
     d.add_argument("--dir", default=str(REPO / ".whl"), help="where the wheels and folders go (default .whl)")
-    d.add_argument("--folder-mib", type=float, default=52.0, help="at most this many MiB per folder (default 52)")
+    d.add_argument("--folder-mib", type=float, default=46.0, help="at most this many MiB per folder (default 46)")
     d.add_argument("--python-version", default="3.12", help="the GPU machine's Python (default 3.12)")
     i = sub.add_parser("install", help="install from the folders that have arrived (no network)")
     i.add_argument("folders", nargs="+", type=Path)
