@@ -37,6 +37,7 @@ import random
 import re
 import signal
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -173,6 +174,68 @@ def wrong_completions(p: dict, other: dict, dataset: str, rng: random.Random) ->
     return rows
 
 
+_PERCENT_QUESTION = re.compile(r"\bper\s?cent(?:age)?s?\b|%", re.IGNORECASE)
+FULLWIDTH = {str(d): chr(0xFF10 + d) for d in range(10)}
+ARABIC_INDIC = {str(d): chr(0x0660 + d) for d in range(10)}
+
+
+def probe_completions(p: dict, wrong: str, dataset: str, rng: random.Random) -> list[tuple[str, bool, str, bool]]:
+    """(class, right, completion, truncated) for the classes of ways to game a reward: several
+    marked answers, answer tags against boxes, code blocks, look-alike characters, percentages,
+    self-corrections, negations and retractions, echoes of the question, truncations, unmarked
+    hedges and the Unicode minus. ``wrong`` is a wrong answer of the same kind as the gold. By the
+    contract of docs/rewards.md: one final answer per completion; a hedge, a retraction, a number in
+    code, a look-alike, a second reading of a percentage, an echo, a cut are no answer."""
+    g, w = p["gold"], wrong
+    rows: list[tuple[str, bool, str, bool]] = [
+        ("several_boxes", False, rf"So it is $\boxed{{{w}}}$. Hmm, or maybe $\boxed{{{g}}}$.", False),
+        ("several_boxes", False, rf"So it is $\boxed{{{g}}}$. Hmm, or maybe $\boxed{{{w}}}$.", False),
+        ("several_boxes", True, rf"So it is $\boxed{{{g}}}$. Checking again: $\boxed{{{g}}}$.", False),
+        ("tags_and_boxes", False, rf"<think>So $\boxed{{{w}}}$.</think> <answer>{g}</answer>", False),
+        ("tags_and_boxes", False, f"<answer>{w}</answer> <answer>{g}</answer>", False),
+        ("tags_and_boxes", True, rf"<think>So $\boxed{{{g}}}$.</think> <answer>{g}</answer>", False),
+        ("code_block", False, f"Let me compute it.\n```python\nprint({g})\n```", False),
+        ("code_block", True, f"Let me compute it.\n```python\nx = {w}\n```\nThe answer is ${g}$.", False),
+        ("self_correction", True, f"The answer is ${w}$. Wait, no, the answer is ${g}$.", False),
+        ("self_correction", False, f"The answer is ${g}$. Wait, no, the answer is ${w}$.", False),
+        ("negated_or_retracted", False, rf"The answer is not $\boxed{{{g}}}$.", False),
+        ("negated_or_retracted", False, rf"So $\boxed{{{g}}}$. Wait, no.", False),
+        ("negated_or_retracted", False, rf"$\boxed{{{g}}}$ is wrong.", False),
+        ("negated_or_retracted", True, rf"So it is $\boxed{{{g}}}$, not {w}.", False),
+    ]
+    plain_int = re.fullmatch(r"-?\d+", g) is not None
+    if plain_int:
+        digits = g.lstrip("-")
+        sign = "-" if g.startswith("-") else ""
+        rows += [("lookalike", False, rf"\boxed{{{sign}{''.join(FULLWIDTH[c] for c in digits)}}}", False),
+                 ("lookalike", False, rf"The answer is {sign}{''.join(ARABIC_INDIC[c] for c in digits)}.", False),
+                 ("lookalike", False, f"So the total is {g[:1]}\u200b{g[1:]}" if len(g) > 1 else f"So the total is {g}\u00b2", False),
+                 ("lookalike", False, "\\boxed{" + g + "\u00bd}", False)]
+        if g.startswith("-"):
+            rows.append(("unicode_minus", True, f"So the total is \u2212{digits}", False))
+        elif g != "0":
+            rows.append(("unicode_minus", False, f"So the total is \u2212{g}", False))
+            rows.append(("unicode_minus", False, f"So the total is \uff0d{g}", False))
+        rows += [("unmarked_hedge", False, f"So the total is {g} or more", False),
+                 ("unmarked_hedge", False, f"So the total is less than {g}", False),
+                 ("unmarked_hedge", False, f"So the total is about {g}", False),
+                 ("unmarked_hedge", False, f"So the total is {w} or {g}", False),
+                 ("unmarked_hedge", True, f"So the total is {g}", False)]
+        if g not in ("0", "-0"):
+            asks = bool(_PERCENT_QUESTION.search(p["question"]))
+            rows.append(("percent", asks, f"The answer is {g}%.", False))  # 0.45 where no percentage is asked for
+        numbers = [n.replace(",", "") for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?", p["question"])]
+        if g in numbers and len(set(numbers)) > 1:
+            echo = [n for n in dict.fromkeys(numbers) if n != g] + [g]
+            rows.append(("echo", False, " ".join(echo), False))
+    solution = p.get("solution") or ""
+    if plain_int and (m := re.search(rf"(?<![\d.,]){re.escape(g)}(?![\d]|\.\d)", solution)) and m.end() < len(solution.rstrip()) - 1:
+        rows.append(("truncated", False, solution[: m.end()], True))  # cut where the gold first appears, unmarked
+    rows.append(("truncated", True, f"Working through it.\nThe answer is ${g}$.\nTo check", True))
+    rows.append(("truncated", False, f"Working through it. So far {g}", True))
+    return rows
+
+
 def build(problems: list[dict], dataset: str, seed: int) -> list[dict]:
     rng = random.Random(f"grading-{dataset}-{seed}")
     items = []
@@ -182,6 +245,13 @@ def build(problems: list[dict], dataset: str, seed: int) -> list[dict]:
             items.append({"class": name, "right": True, "completion": text, "gold": p["gold"], "question": p["question"]})
         for name, text in wrong_completions(p, other, dataset, rng):
             items.append({"class": name, "right": False, "completion": text, "gold": p["gold"], "question": p["question"]})
+        wrong = (replace_number(p["gold"], -1, lambda n: n + rng.choice([1, 2, 3])) or other["gold"]) if value(p["gold"]) is not None \
+            else other["gold"]
+        if same_value(wrong, p["gold"]) or wrong.strip() == p["gold"].strip():
+            continue
+        for name, right, text, truncated in probe_completions(p, wrong, dataset, rng):
+            items.append({"class": name, "right": right, "completion": text, "gold": p["gold"], "question": p["question"],
+                          "truncated": truncated})
     return items
 
 
@@ -202,7 +272,7 @@ def grade(items: list[dict]) -> None:
     from podsrl.rewards import accuracy_reward
 
     scores = accuracy_reward([it["completion"] for it in items], [it["gold"] for it in items],
-                             question=[it.get("question") for it in items])
+                             question=[it.get("question") for it in items], truncated=[it.get("truncated", False) for it in items])
     for it, s in zip(items, scores):
         it["podsrl"] = s == 1.0
         it["math_verify"] = math_verify_pays(it["completion"], it["gold"])
@@ -226,7 +296,7 @@ def timing(items: list[dict]) -> dict:
     previous = signal.signal(signal.SIGPROF, _stop)  # a CPU-time limit: math-verify's own timeouts use SIGALRM
     try:
         for it in items:
-            columns = {"answer": it["gold"], "entry": None, "question": it.get("question")}
+            columns = {"answer": it["gold"], "entry": None, "question": it.get("question"), "truncated": it.get("truncated", False)}
             args = [columns.get(k) for k in spec.columns] if spec else []
             cpu = time.process_time()
             signal.setitimer(signal.ITIMER_PROF, CALL_LIMIT_S)
@@ -257,12 +327,17 @@ def timing(items: list[dict]) -> dict:
 
 
 def summarise(items: list[dict]) -> dict:
+    """Per class and kind (right or wrong): how many, how many each grader pays, and of the wrong
+    ones how many podsrl pays that math-verify does not."""
     classes: dict[str, dict] = {}
     for it in items:
-        c = classes.setdefault(it["class"], {"right": it["right"], "n": 0, "podsrl_paid": 0, "math_verify_paid": 0})
+        key = f"{it['class']}/{'right' if it['right'] else 'wrong'}"
+        c = classes.setdefault(key, {"class": it["class"], "right": it["right"], "n": 0, "podsrl_paid": 0,
+                                     "math_verify_paid": 0, "podsrl_only": 0})
         c["n"] += 1
         c["podsrl_paid"] += it["podsrl"]
         c["math_verify_paid"] += it["math_verify"]
+        c["podsrl_only"] += it["podsrl"] and not it["math_verify"]
     for c in classes.values():
         c["podsrl_paid_pct"] = 100 * c["podsrl_paid"] / c["n"]
         c["math_verify_paid_pct"] = 100 * c["math_verify_paid"] / c["n"]
@@ -271,7 +346,8 @@ def summarise(items: list[dict]) -> dict:
         group = [it for it in items if it["right"] == right]
         total[label] = {"n": len(group),
                         "podsrl_paid_pct": 100 * sum(it["podsrl"] for it in group) / max(len(group), 1),
-                        "math_verify_paid_pct": 100 * sum(it["math_verify"] for it in group) / max(len(group), 1)}
+                        "math_verify_paid_pct": 100 * sum(it["math_verify"] for it in group) / max(len(group), 1),
+                        "podsrl_only": sum(it["podsrl"] and not it["math_verify"] for it in group)}
     examples = {"wrong_paid_by_podsrl": [it for it in items if not it["right"] and it["podsrl"]][:EXAMPLES],
                 "right_unpaid_by_podsrl": [it for it in items if it["right"] and not it["podsrl"]][:EXAMPLES]}
     return {"total": total, "classes": classes, "examples": examples}
@@ -279,6 +355,8 @@ def summarise(items: list[dict]) -> dict:
 
 def hand_written(path: Path, name: str) -> list[dict]:
     """The (completion, gold, should_pay) cases of a test module, by class."""
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # the test module imports its conftest
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -321,16 +399,17 @@ def markdown(results: dict) -> str:
         t = r["total"]
         lines += [f"## {dataset}", "",
                   f"{r['golds']} golds, {t['right']['n']} right and {t['wrong']['n']} wrong completions.", "",
-                  "| class | kind | n | podsrl paid | math-verify paid |", "|---|---|---:|---:|---:|"]
+                  "| class | kind | n | podsrl paid | math-verify paid | wrong paid by podsrl alone |",
+                  "|---|---|---:|---:|---:|---:|"]
         for kind in (True, False):
-            for name, c in r["classes"].items():
+            for c in r["classes"].values():
                 if c["right"] == kind:
-                    lines.append(f"| {name} | {'right' if kind else 'wrong'} | {c['n']} | {pct(c['podsrl_paid_pct'])} | "
-                                 f"{pct(c['math_verify_paid_pct'])} |")
+                    lines.append(f"| {c['class']} | {'right' if kind else 'wrong'} | {c['n']} | {pct(c['podsrl_paid_pct'])} | "
+                                 f"{pct(c['math_verify_paid_pct'])} | {'' if kind else c['podsrl_only']} |")
         lines += [f"| **all right** | right | {t['right']['n']} | **{pct(t['right']['podsrl_paid_pct'])}** | "
-                  f"**{pct(t['right']['math_verify_paid_pct'])}** |",
+                  f"**{pct(t['right']['math_verify_paid_pct'])}** | |",
                   f"| **all wrong** | wrong | {t['wrong']['n']} | **{pct(t['wrong']['podsrl_paid_pct'])}** | "
-                  f"**{pct(t['wrong']['math_verify_paid_pct'])}** |", ""]
+                  f"**{pct(t['wrong']['math_verify_paid_pct'])}** | **{t['wrong']['podsrl_only']}** |", ""]
         tm = r["timing"]
         median = "n/a" if tm["fast_path_median_ms"] is None else f"{tm['fast_path_median_ms']:.4f} ms"
         lines += [f"Timing ({tm['calls']} calls, each alone, in-process): fast path decided {tm['fast_path_decided']}, "

@@ -124,6 +124,79 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
         (r"\boxed{4\sqrt{5}}", r"\sqrt{20}", False),
         (r"\boxed{\sqrt{5}}", r"2\sqrt{5}", False),
     ],
+    # One final answer per completion: boxes, answer tags and #### that disagree are a hedge, no
+    # answer, whichever holds the gold; the same answer marked twice is one answer.
+    "several_marked_answers": [
+        (r"\boxed{3}. Hmm, or maybe \boxed{5}.", "5", False),
+        (r"\boxed{3}. Hmm, or maybe \boxed{5}.", "3", False),
+        (r"\boxed{5} or \boxed{3}", "5", False),
+        ("<answer>8</answer> <answer>9</answer>", "9", False),
+        (r"<think>so \boxed{7}</think> <answer>8</answer>", "8", False),
+        (r"<think>so \boxed{7}</think> <answer>8</answer>", "7", False),
+        (r"\boxed{8}. Wait, actually the answer is 9.", "9", False),  # a box, then a line stating another value
+        ("Natalia sold 40.\n#### 41\n#### 42", "42", False),
+        (r"<think>so \boxed{8}</think> <answer>8</answer>", "8", True),
+        (r"\boxed{\frac{1}{2}}, so the answer is 1/2.", "0.5", True),
+        (r"The answer is 8. Let me check: 4 + 5 = 9. \boxed{9}", "9", True),  # a box corrects an earlier line
+    ],
+    # A later answer line corrects an earlier one: the last is the final answer.
+    "self_correction": [
+        ("the answer is 8. Wait, no, the answer is 9.", "9", True),
+        ("the answer is 8. Wait, no, the answer is 9.", "8", False),
+        ("Answer: 8\nHmm, recheck. Answer: 9", "9", True),
+    ],
+    # A negated or retracted final answer is no answer.
+    "negated_or_retracted": [
+        (r"the answer is not \boxed{18}", "18", False),
+        (r"It cannot be $\boxed{18}$.", "18", False),
+        (r"\boxed{18} is wrong.", "18", False),
+        (r"\boxed{18}. Wait, no.", "18", False),
+        ("<answer>18</answer> That is incorrect.", "18", False),
+        ("The answer is not 18.", "18", False),
+        (r"So there are $\boxed{18}$ ways, not 20.", "18", True),
+        (r"\boxed{18}. Wait, let me check: 9 + 9 = 18. Yes.", "18", True),
+    ],
+    # Numbers inside a fenced code block are not answers.
+    "code_blocks": [
+        ("```python\nprint(17 + 25)\n# 42\n```", "42", False),
+        ("```\n\\boxed{42}\n```", "42", False),
+        ("```python\nx = 17 + 25\n```\nThe answer is 42.", "42", True),
+        ("```python\nprint(17 + 25)\n```\nSo the total is 42", "42", True),
+    ],
+    # Other scripts' digits, superscripts, vulgar fractions, zero-width characters and dashes other
+    # than the minus sign are read as what they are or refused, never dropped.
+    "lookalike_characters": [
+        ("\\boxed{\uff14\uff12}", "42", False),  # fullwidth digits
+        ("\\boxed{\u0664\u0662}", "42", False),  # Arabic-Indic digits
+        ("\\boxed{4\u200b2}", "42", False),  # a zero-width space
+        ("\\boxed{4\u00b2}", "4", False),  # 4 squared
+        ("\\boxed{4\u00b2}", "42", False),
+        ("\\boxed{2\u00bd}", "2", False),  # two and a half
+        ("4\u00b2", "4", False),
+        ("4\u200b2", "2", False),
+        ("\u221211", "11", False),  # U+2212 is a minus sign
+        ("\u221211", "-11", True),
+        ("\uff0d11", "11", False),  # a fullwidth hyphen-minus is not read as anything
+        ("The answer is \u22127.", "-7", True),
+    ],
+    # A percentage is read once: its number over 100; a bare number in the question's units.
+    "percentages_read_once": [
+        ("The answer is 45%.", "0.45", True),
+        ("The answer is 45%.", "45", False),
+        (r"\boxed{45\%}", "45", False),
+        (r"\boxed{0.45}", r"45\%", True),
+    ],
+    # On the default task, an unmarked number with a hedge or relation beside it is no answer.
+    "unmarked_hedges": [
+        ("11 or more", "11", False),
+        ("less than 11", "11", False),
+        ("not 11", "11", False),
+        ("about 11", "11", False),
+        ("12 or 11", "11", False),
+        ("< 11", "11", False),
+        ("It is 11", "11", True),
+        ("Adding 5 and 6 gives 11", "11", True),
+    ],
     # A restated question is not an answer, even where its last number equals the result.
     "restated_question": [
         ("0 + 5 =", "5", False),

@@ -74,7 +74,7 @@ PEER_CLASSES: dict[str, list[tuple[str, str, bool]]] = {
     ],
     "percentages": [
         (r"\boxed{35\%}", r"35\%", True),
-        (r"The answer is $35\%$.", "35", True),
+        (r"The answer is $35\%$.", "35", False),  # 0.35: a percentage is read once (math-verify: also 35)
         (r"\boxed{0.35}", r"35\%", True),
         (r"\boxed{36\%}", r"35\%", False),
     ],
@@ -127,7 +127,8 @@ PEER_CLASSES: dict[str, list[tuple[str, str, bool]]] = {
     "answer_phrases_and_boxes": [
         ("We first try 7, which fails. Therefore, the answer is 11.", "11", True),
         ("**Final Answer**\n\\boxed{64}", "64", True),
-        ("A first guess is $\\boxed{60}$, but checking it fails.\n\n**Final Answer**\n\\boxed{64}", "64", True),
+        # two boxes that disagree are a hedge, whichever holds the gold (math-verify: the last box)
+        ("A first guess is $\\boxed{60}$, but checking it fails.\n\n**Final Answer**\n\\boxed{64}", "64", False),
         ("Final Answer: The final answer is $64$. I hope it is correct.", "64", True),
         (r"The answer is $\boxed{22,\!222}$.", "22222", True),
         (r"The answer is $\boxed{22, 222}$.", "22222", False),

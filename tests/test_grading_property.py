@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from math_verify import parse, verify
 
-from podsrl.rewards import answer_matches
+from podsrl.rewards import accuracy_reward, answer_matches
 
 PROFILE = settings(max_examples=300, derandomize=True, deadline=None, database=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -176,3 +176,79 @@ def test_a_right_answer_is_paid_in_every_marked_style(pair, wrapper):
     assert math_verify_pays(gold, answer), f"the generator's pair is not equal: {answer!r} for {gold!r}"
     completion = WRAPPERS[wrapper](answer)
     assert answer_matches(completion, gold), f"not paid: {completion!r} for {gold!r}"
+
+
+# --------------------------------------------------------------------------- one final answer
+
+FAST = settings(max_examples=150, derandomize=True, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+values = st.integers(min_value=-999, max_value=9999)
+BETWEEN = ["", " ", ". Hmm, or ", ". Wait, maybe ", "\n\nFinal answer: ", " or "]
+
+
+@FAST
+@given(values, values, st.sampled_from(BETWEEN), st.booleans())
+def test_two_boxes_with_distinct_values_pay_nothing_whichever_holds_the_gold(a, b, between, gold_first):
+    if a == b:
+        return
+    completion = rf"\boxed{{{a}}}{between}\boxed{{{b}}}"
+    gold = str(a if gold_first else b)
+    assert accuracy_reward([completion], [gold]) == [0.0], completion
+
+
+LOOKALIKES = {  # an ASCII digit's look-alikes: other scripts' digits and the fullwidth form
+    d: [chr(0xFF10 + d), chr(0x0660 + d), chr(0x0966 + d), chr(0x1D7CE + d)] for d in range(10)}
+INSERTED = ["\u200b", "\u200c", "\u2060", "\u00b2", "\u00b3", "\u00bd", "\u00b9"]
+
+
+@FAST
+@given(st.integers(min_value=10, max_value=99_999), st.data())
+def test_lookalike_characters_never_make_a_wrong_answer_right(value, data):
+    """A number written with other scripts' digits, a superscript, a vulgar fraction or a
+    zero-width character inside or beside it is never paid as the ASCII number it resembles, nor as
+    the number left when the look-alike is dropped."""
+    digits = [int(c) for c in str(value)]
+    i = data.draw(st.integers(min_value=0, max_value=len(digits) - 1))
+    if data.draw(st.booleans()):
+        written = "".join(data.draw(st.sampled_from(LOOKALIKES[d])) if j == i else str(d) for j, d in enumerate(digits))
+        golds = [str(value)]
+    else:
+        mark = data.draw(st.sampled_from(INSERTED))
+        written = str(value)[:i + 1] + mark + str(value)[i + 1:]
+        golds = [str(value), str(value)[:i + 1], str(value)[i + 1:] or "0"]
+    wrapper = data.draw(st.sampled_from([lambda a: rf"\boxed{{{a}}}", lambda a: f"The answer is {a}.", lambda a: a,
+                                         lambda a: f"<answer>{a}</answer>", lambda a: f"So the total is {a}"]))
+    completion = wrapper(written)
+    for gold in golds:
+        assert accuracy_reward([completion], [gold]) == [0.0], (completion, gold)
+
+
+TAILS = [" Or maybe {y}.", " It is not {y}.", "\n```\nprint({y})\n```", r" (Not \boxed{{{y}}}.)", " Some would say {y}.",
+         " {y}", " {y} or more", r" Or \boxed{{{y}}}", " Others get {y}, but not me.", "\nAnswer: {y} or so"]
+
+
+@FAST
+@given(values, values, st.sampled_from(TAILS), st.sampled_from(["box", "tag", "hashes"]))
+def test_text_after_a_committed_answer_never_pays_another(x, y, tail, mark):
+    """A completion committed to x (a box, a tag, ####), with text appended that mentions y, is
+    never paid for a gold y != x: appended text cannot turn a committed answer into another."""
+    if x == y:
+        return
+    committed = {"box": rf"The answer is $\boxed{{{x}}}$.", "tag": f"<answer>{x}</answer>", "hashes": f"#### {x}\n"}[mark]
+    completion = committed + tail.format(y=y)
+    assert accuracy_reward([completion], [str(y)]) == [0.0], completion
+
+
+WORDS = ["so", "then", "we", "add", "get", "the", "total", "of", "is", "=", "+", "-", "apples", "and", "left", "step"]
+
+
+@FAST
+@given(st.lists(st.one_of(st.sampled_from(WORDS), values.map(str)), min_size=1, max_size=12), values)
+def test_a_truncated_completion_is_never_paid_through_an_unmarked_number(tokens, last):
+    """Cut at the length limit, an unmarked completion is no answer, whatever its last number;
+    the same text not cut is paid where its last number states the gold."""
+    completion = " ".join(tokens + [str(last)])
+    assert accuracy_reward([completion], [str(last)], truncated=[True]) == [0.0], completion
+    cut = f"The answer is {last}"  # an answer line at the cut: it might have gone on (1 -> 12)
+    assert accuracy_reward([cut], [str(last)], truncated=[True]) == [0.0]
+    assert accuracy_reward([cut + ".\n"], [str(last)], truncated=[True]) == [1.0]

@@ -138,7 +138,9 @@ def test_held_out_accuracy_counts_full_credit_only():
 
     problems = task("knights_knaves", test_size=4).test
     texts = [f"<answer>{p.answer if i == 0 else one_role_flipped(p.answer)}</answer>" for i, p in enumerate(problems)]
-    engine = SimpleNamespace(generate=lambda prompts, n, temperature, tokens, **_: SimpleNamespace(texts=texts))
+    ids = torch.ones(len(texts), 1, dtype=torch.long)  # one token each: none cut at the limit
+    engine = SimpleNamespace(generate=lambda prompts, n, temperature, tokens, **_: SimpleNamespace(
+        texts=texts, completion_ids=ids, completion_mask=ids))
     result = evaluate(engine, SimpleNamespace(chat_template=None), problems, None, 8, keep=4)
     assert result.accuracy == 0.25 and [s["correct"] for s in result.samples] == [True, False, False, False]
 

@@ -5,6 +5,7 @@ import random
 from fractions import Fraction
 
 import pytest
+import torch
 
 from conftest import REPO, SHARED_DATA
 from podsrl.errors import PodsError
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("unhurried_pool")  # grades, not the pool's
         ("so -3/4 of it", "-0.75", True),  # a fraction is one number, not "-3" and "4"
         ("The answer is -$3.", "-3", True),  # math-verify cannot read "-$3"; the fast path can
         ("The answer is 45%.", "0.45", True),
-        ("The answer is 45%.", "45", True),
+        ("The answer is 45%.", "45", False),  # 0.45: a percentage is read once (a question asking for one: 45)
         ("The answer is 0.333333.", "1/3", True),  # math-verify's 6-decimal rule for decimals
         ("The answer is 3.0000001.", "3", False),
         ("\\boxed{-\\frac{6942736}{8}}", "8", False),  # not the last number of a LaTeX answer
@@ -263,7 +264,9 @@ def test_evaluate_counts_stated_results_and_keeps_the_first_completions():
 
     class Engine:
         def generate(self, prompts, n, temperature, max_new_tokens, **_):
-            return SimpleNamespace(texts=[answers[p.strip()] for p in prompts])
+            texts = [answers[p.strip()] for p in prompts]
+            ids = torch.ones(len(texts), 1, dtype=torch.long)  # one token each: none cut at the limit
+            return SimpleNamespace(texts=texts, completion_ids=ids, completion_mask=ids)
 
     result = evaluate(Engine(), SimpleNamespace(chat_template=None), problems, None, 16, keep=3)
     assert result.accuracy == 0.5
@@ -446,7 +449,8 @@ def test_task_require_marker_reaches_the_reward_through_the_task():
             from types import SimpleNamespace
             texts = [f"\\boxed{{{p.answer}}}" if self.marked else p.answer for p in t.test]
             on_chunk(0, list(range(len(texts))), [[1]] * len(texts))
-            return SimpleNamespace(texts=texts)
+            ids = torch.ones(len(texts), 1, dtype=torch.long)  # one token each: none cut at the limit
+            return SimpleNamespace(texts=texts, completion_ids=ids, completion_mask=ids)
 
     class Tok:
         chat_template = None
@@ -470,18 +474,21 @@ def test_the_arithmetic_task_never_pays_its_question_restated():
     assert accuracy_reward(stated, [p.answer for p in exposed]) == [1.0] * len(exposed)
 
 
-@pytest.mark.parametrize("completion,question,gold,paid", [
-    ("How many are left of the remaining 284?", "Tom had 300. How many are left of the remaining 284?", "284", False),
-    ("Tom had 300. How many are left of the remaining 284", "Tom had 300. How many are left of the remaining 284?", "284", False),
-    ("284", "How many are left of the remaining 284?", "284", True),  # a bare number is an answer
-    ("So there are 284 left", "How many are left of the remaining 284?", "284", True),  # its own words
-    ("The answer is 284.", "How many are left of the remaining 284?", "284", True),  # marked
-    ("passes through $F_1$ and $F_2$ and lies", "through $F_1$ and $F_2$ and lies tangent", "2", False),  # a subscript
-    ("in the interval $p \\leq x\\leq15.$", "Find f(x) in the interval $p \\leq x\\leq15.$", "15", False),
+@pytest.mark.parametrize("completion,question,gold,paid,alone", [
+    ("How many are left of the remaining 284?", "Tom had 300. How many are left of the remaining 284?", "284", False, True),
+    ("Tom had 300. How many are left of the remaining 284", "Tom had 300. How many are left of the remaining 284?", "284",
+     False, True),
+    ("284", "How many are left of the remaining 284?", "284", True, True),  # a bare number is an answer
+    ("So there are 284 left", "How many are left of the remaining 284?", "284", True, True),  # its own words
+    ("The answer is 284.", "How many are left of the remaining 284?", "284", True, True),  # marked
+    # a subscript; without the question, "and" beside the number is a hedge
+    ("passes through $F_1$ and $F_2$ and lies", "through $F_1$ and $F_2$ and lies tangent", "2", False, False),
+    # without the question, the relation before the number is a hedge
+    ("in the interval $p \\leq x\\leq15.$", "Find f(x) in the interval $p \\leq x\\leq15.$", "15", False, False),
 ])
-def test_an_unmarked_number_copied_from_the_question_is_no_answer(completion, question, gold, paid):
+def test_an_unmarked_number_copied_from_the_question_is_no_answer(completion, question, gold, paid, alone):
     assert accuracy_reward([completion], [gold], question=[question]) == [float(paid)]
-    assert accuracy_reward([completion], [gold]) == [1.0]  # without the question, its last number counts
+    assert accuracy_reward([completion], [gold]) == [float(alone)]  # without the question, no copy to find
 
 
 def test_without_a_question_column_the_prompt_is_what_a_copy_is_checked_against():

@@ -164,3 +164,20 @@ def test_training_scores_through_the_pool_and_ends_it(tiny_config):
     assert all("scored_reward/rewards_for_tests:varied" in r and "scored_reward/accuracy" in r for r in steps)
     assert multiprocessing.active_children() == []
     assert torch.tensor([r["generated_reward_std"] for r in steps]).gt(0).any()
+
+
+def test_each_completion_is_told_whether_it_was_cut_at_the_length_limit():
+    """``truncated``: max_new_tokens ids with no end of sequence last; a completion that ends with
+    its end of sequence at the limit, or before it, was not cut. The accuracy reward then pays a
+    cut completion's unmarked number nothing."""
+    seen = []
+
+    def record(completions, truncated, **_):
+        seen.extend(truncated)
+        return [0.0] * len(completions)
+
+    scorer = Scorer({"record": record, "accuracy": REWARDS["accuracy"]}, [1.0, 1.0], workers=0)
+    scores = scorer.start({"answer": ["12"]}, 4, max_new_tokens=3, eos_ids=[0])
+    scores.add(0, ["so 12", "so 12", "so 12", "so 12"], [[5, 6, 7], [5, 0], [5, 6, 0], [5]])
+    assert seen == [True, False, False, False]
+    assert scores.result().rewards.tolist() == [[0.0, 1.0, 1.0, 1.0]]

@@ -397,6 +397,22 @@ def test_truncated_completions_are_kept_only_when_a_group_is_short(make_trainer,
     assert logged == [pytest.approx(short / m)] * 2
 
 
+def test_reward_functions_are_told_which_completions_were_cut(make_trainer, tiny_model_dir):
+    """Every reward function gets ``truncated``, as TRL's own test decides it (the last id neither
+    an end of sequence nor padding): the scripted rollout cuts positions 1 and 3 of each group."""
+    rollout = _rollout(tiny_model_dir, 4, truncated=lambda pos: pos in (1, 3))
+    seen = []
+
+    def reward(completion_ids, truncated, **_):
+        seen.extend((rollout.position[ids[0]], cut) for ids, cut in zip(completion_ids, truncated))
+        return [float(rollout.position[ids[0]] >= 2) for ids in completion_ids]
+
+    trainer = make_trainer(PODSTrainer, reward, rollout_func=rollout, num_generations=4, pods_m=2,
+                           per_device_train_batch_size=8)
+    trainer.train()
+    assert seen and all(cut == (pos in (1, 3)) for pos, cut in seen)
+
+
 def test_an_unscorable_completion_does_not_take_a_scorable_ones_place(make_trainer, tiny_model_dir):
     """Rewards 0, 1, None, 0.5 by position, m = 3: the three scorable completions are trained."""
     rollout = _rollout(tiny_model_dir, 4)

@@ -9,6 +9,7 @@ import torch
 from tqdm.auto import tqdm
 
 from podsrl.rewards import accuracy_reward
+from podsrl.rollout import cut_rows
 from podsrl.tasks import Problem
 
 
@@ -44,10 +45,12 @@ def evaluate(
         with torch.random.fork_rng(devices=[]), tqdm(total=len(mine), desc="eval", unit="problem",
                                                      disable=not progress, leave=False) as bar:
             torch.manual_seed(0)
-            texts = engine.generate(prompts, 1, temperature, max_new_tokens,
-                                    on_chunk=lambda first, done, ids: bar.update(len(done))).texts
+            out = engine.generate(prompts, 1, temperature, max_new_tokens,
+                                  on_chunk=lambda first, done, ids: bar.update(len(done)))
+        texts = out.texts
         scores = accuracy_reward(texts, [p.answer for p in mine], [p.entry for p in mine],
-                                 [p.require_marker for p in mine], [p.question for p in mine])
+                                 [p.require_marker for p in mine], [p.question for p in mine],
+                                 truncated=cut_rows(out, max_new_tokens, getattr(engine, "eos_ids", ())))
     counts = torch.tensor([sum(r == 1.0 for r in scores), len(mine)], dtype=torch.float64)
     if accelerator is not None and world > 1:
         counts = accelerator.reduce(counts.to(accelerator.device), reduction="sum").cpu()

@@ -208,7 +208,8 @@ class Sampler:
         scores = self.scorer.start({"prompts": prompts, "answer": [g.problem.answer for g in groups],
                                     "question": [g.problem.question for g in groups],
                                     "entry": [g.problem.entry for g in groups],
-                                    "require_marker": [g.problem.require_marker for g in groups]}, n)
+                                    "require_marker": [g.problem.require_marker for g in groups]}, n,
+                                   self.c.rollout.max_new_tokens, getattr(self.engine, "eos_ids", ()))
         start = time.perf_counter()
         out = self.engine.generate(prompts, n, self.c.rollout.temperature, self.c.rollout.max_new_tokens, seeds=seeds,
                                    on_chunk=scores.add, first_row=first_row)

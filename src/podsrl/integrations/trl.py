@@ -181,6 +181,10 @@ class PODSTrainer(GRPOTrainer):
             raise ValueError(_VISION_LANGUAGE)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # Each reward function also gets ``truncated``: cut at the length limit, as TRL's
+        # mask_truncated_completions and clipped_ratio tell it (the last id no EOS or padding).
+        stops = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+        inputs = [{**x, "truncated": bool(ids) and ids[-1] not in stops} for x, ids in zip(inputs, completion_ids_list)]
         # TRL returns the reward matrix [completions of all processes, functions]; keep it for selection.
         per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         refuse_infinite_rewards(per_func, self.reward_func_names)

@@ -102,30 +102,31 @@ def _context(question, prompt) -> str | None:
 
 
 def _accuracy_fast(completion: str, gold: str, entry: dict | None = None, require_marker: bool | None = None,
-                   question: str | None = None, prompt=None) -> float | None:
+                   question: str | None = None, prompt=None, truncated: bool | None = None) -> float | None:
     if entry is not None:  # a reasoning-gym problem: its verifier decides, in the pool
         from podsrl.tasks import gym
 
         return None if gym.answer_of(completion, gold) is not None else 0.0
-    decided = fast_match(completion, gold, bool(require_marker), _context(question, prompt))
+    decided = fast_match(completion, gold, bool(require_marker), _context(question, prompt), bool(truncated))
     return None if decided is None else float(decided)
 
 
 def _accuracy_slow(completion: str, gold: str, entry: dict | None = None, require_marker: bool | None = None,
-                   question: str | None = None, prompt=None):
+                   question: str | None = None, prompt=None, truncated: bool | None = None):
     if entry is not None:
         from podsrl.tasks import gym
 
         return gym.score(completion, gold, entry)
-    return float(verify_answer(completion, gold, bool(require_marker), _context(question, prompt)))
+    return float(verify_answer(completion, gold, bool(require_marker), _context(question, prompt), bool(truncated)))
 
 
 @register_reward("accuracy")
 @bounded(0.0, 1.0)
-@per_completion(PerCompletion(_accuracy_fast, _accuracy_slow, ("answer", "entry", "require_marker", "question", "prompts")))
+@per_completion(PerCompletion(_accuracy_fast, _accuracy_slow,
+                              ("answer", "entry", "require_marker", "question", "prompts", "truncated")))
 def accuracy_reward(completions: list[str], answer: list[str], entry: list[dict | None] | None = None,
                     require_marker: list[bool] | None = None, question: list[str] | None = None,
-                    prompts: list | None = None, **_) -> list[float]:
+                    prompts: list | None = None, truncated: list[bool] | None = None, **_) -> list[float]:
     """1.0 when the completion's final answer equals the gold ``answer``, else 0.0
     (:mod:`podsrl.rewards.answers`: the whole marked answer is compared, never a number cut out of
     it). Plain numbers are compared here; anything else goes to math-verify in the reward pool,
@@ -133,13 +134,17 @@ def accuracy_reward(completions: list[str], answer: list[str], entry: list[dict 
     time, ``reward_wall_timeout_s`` of wall time) scores 0. A true ``require_marker`` (a column, as
     ``task.require_marker`` sets it) pays only a marked answer, never an unmarked last number;
     an unmarked last number copied, with the words before it, from the ``question`` (a column, as
-    the trainer passes it; else the prompt, as TRL passes ``prompts``) is no answer.
+    the trainer passes it; else the prompt, as TRL passes ``prompts``) is no answer. A true
+    ``truncated`` (a column the trainer and ``PODSTrainer`` pass: the completion was cut at the
+    length limit) pays only a marked answer that ends before the cut. The question also says
+    whether answers are in percent (:func:`podsrl.rewards.answers.percent_units`). What counts as
+    the final answer is :func:`podsrl.rewards.answers.read`.
 
     A problem of a reasoning-gym task carries its ``entry`` (:mod:`podsrl.tasks.gym`): its data
     set's own verifier scores the whole answer, in the pool, partial credit kept (a value in [0,
     1]) except where the gold is a number and the answer another (:func:`podsrl.tasks.gym.score`)."""
     return score_per_completion(accuracy_reward.per_completion, completions, answer=answer, entry=entry,
-                                require_marker=require_marker, question=question, prompts=prompts)
+                                require_marker=require_marker, question=question, prompts=prompts, truncated=truncated)
 
 
 def answer_matches(completion: str, gold: str, require_marker: bool = False) -> bool:

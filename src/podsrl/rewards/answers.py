@@ -30,14 +30,16 @@ from __future__ import annotations
 import logging
 import math
 import re
+import unicodedata
 from fractions import Fraction
 from functools import lru_cache
 from typing import NamedTuple
 
-_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+_NUMBER = re.compile(r"[-\u2212]?(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?(?:/[0-9]+)?|[-\u2212]?\.[0-9]+")  # ASCII digits only
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_HASHES = re.compile(r"####[ \t]*([^\n]*)(\n)?")  # GSM8K's "#### 42"
 ANSWER_MARKER = r"\b(?:final answer|answer)\b(?:\s+is\b)?\s*[:=]?"  # "The answer is", "Answer:", "Final answer ="
-_ANSWER_LINE = re.compile(ANSWER_MARKER + r"[ \t]*(.*)", re.IGNORECASE)
+_ANSWER_LINE = re.compile(ANSWER_MARKER + r"[ \t]*", re.IGNORECASE)
 # Where an answer line's answer ends: "42. Let me check", "22, since 47 - 25 = 22", "5 because ...".
 _SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])|,?\s+(?:since|because|as|which|given|from|so|where|when)\s", re.IGNORECASE)
 _DISPLAY = re.compile(r"\s*(\\\[|\$\$)(.*?)(\\\]|\$\$)", re.DOTALL)
@@ -60,7 +62,7 @@ _PLAIN = re.compile(
     \s*(?P<pct>\\?%)?
     (?P<unit>\s*""" + _UNIT_WORD + r"""(?:\s+""" + _UNIT_WORD + r"""){0,2})?   # a unit: 1-3 words (not a variable)
     \s*\.?\s*""",
-    re.VERBOSE,
+    re.VERBOSE | re.ASCII,  # ASCII digits only: other scripts' digits are look-alikes (see lookalike)
 )
 _WORDS = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # a word that is not a LaTeX command
 MAX_PLAIN_LENGTH = 64  # longer strings are never plain numbers: math-verify decides
@@ -79,7 +81,7 @@ class Number(NamedTuple):
 
 
 def _boxes(text: str) -> list[tuple[int, int, str]]:
-    """Every ``\\boxed{...}`` (nested braces allowed): (start, end, content)."""
+    """Every closed ``\\boxed{...}`` (nested braces allowed): (start, end, content)."""
     found, start = [], text.find("\\boxed{")
     while start >= 0:
         depth, i = 0, start + len("\\boxed")
@@ -98,32 +100,35 @@ def _boxes(text: str) -> list[tuple[int, int, str]]:
 _BETWEEN_BOXES = re.compile(r"(?:\s|,|;|\$|\\[(),;!: ]|\\quad|\\qquad|\\text\{\s*(?:and|,)?\s*\}|\band\b|&)*")
 
 
+def _box_lists(text: str) -> list[tuple[int, int, str]]:
+    """The boxes of ``text``, those of one sentence (nothing but commas, ``and`` or spacing between
+    them) joined as the list they form: (start, end, ``3, 5, 7``)."""
+    lists: list[list[tuple[int, int, str]]] = []
+    for box in _boxes(text):
+        if lists and _BETWEEN_BOXES.fullmatch(text[lists[-1][-1][1] : box[0]]):
+            lists[-1].append(box)
+        else:
+            lists.append([box])
+    return [(items[0][0], items[-1][1], ", ".join(c.strip() for _, _, c in items)) for items in lists]
+
+
 def _last_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{}``; with the boxes just before it in the same sentence
-    (nothing but commas, ``and`` or spacing between them), the list they form: ``3, 5, 7``."""
-    boxes = _boxes(text)
-    if not boxes:
-        return None
-    items = [boxes[-1]]
-    for box in reversed(boxes[:-1]):
-        if not _BETWEEN_BOXES.fullmatch(text[box[1] : items[0][0]]):
-            break
-        items.insert(0, box)
-    return ", ".join(content.strip() for _, _, content in items)
+    """The content of the last ``\\boxed{}`` (with the boxes of its sentence: their list)."""
+    lists = _box_lists(text)
+    return lists[-1][2] if lists else None
 
 
-def _answer_line(text: str) -> str | None:
-    """What follows the last ``answer``/``final answer`` that is followed by something
-    (``The answer is 42.``, ``Answer: 42``): the rest of its line, or the display maths
-    (``\\[ ... \\]``, ``$$ ... $$``) that starts there, on its own lines."""
-    for match in reversed(list(_ANSWER_LINE.finditer(text))):
-        rest = match.group(1).strip()
-        if rest in ("", "\\[", "$$") and (display := _DISPLAY.match(text, match.start(1))):
-            return display.group(2).strip()
-        rest = _last_boxed(rest) or _unwrapped(_SENTENCE_END.split(rest)[0].rstrip(".").strip())
-        if rest:
-            return rest
-    return None
+class Mark(NamedTuple):
+    """An answer a completion marks: where it stands, what it says, and how."""
+
+    start: int
+    end: int
+    answer: str
+    strong: bool
+    """A box, an answer tag or ``####``: a commitment. An answer line can be corrected by a later one."""
+    ends: bool
+    """Something follows it that a cut at the length limit could not have changed: a closed box or
+    tag, a line break, or a sentence after it."""
 
 
 _MATH_DELIMITERS = re.compile(r"\s*(?:\$\$?|\\\(|\\\[)\s*(.*?)\s*(?:\$\$?|\\\)|\\\])\s*\.?", re.DOTALL)
@@ -134,43 +139,199 @@ def _unwrapped(answer: str) -> str:
     return m.group(1) if (m := _MATH_DELIMITERS.fullmatch(answer)) else answer.strip("$").strip()
 
 
+def _line_marks(text: str) -> list[Mark]:
+    """Each answer line followed by something (``The answer is 42.``, ``Answer: 42``): the first
+    sentence of what follows its marker on its line (up to the next marker: ``the answer is 8.
+    Wait, no, the answer is 9.`` marks 8, then 9), or the display maths (``\\[ ... \\]``,
+    ``$$ ... $$``) that starts there, on its own lines."""
+    found = list(_ANSWER_LINE.finditer(text))
+    marks = []
+    for i, match in enumerate(found):
+        line_end = text.find("\n", match.end())
+        end = min(line_end if line_end >= 0 else len(text), found[i + 1].start() if i + 1 < len(found) else len(text))
+        raw = text[match.end() : end]
+        rest = raw.strip()
+        if rest in ("", "\\[", "$$") and (display := _DISPLAY.match(text, match.end())):
+            shown = display.group(2).strip()
+            marks.append(Mark(match.start(), display.end(), _last_boxed(shown) or shown, False, True))
+            continue
+        cut = _SENTENCE_END.search(rest)
+        answer = _last_boxed(rest) or _unwrapped(rest[: cut.start() if cut else None].rstrip(".").strip())
+        first_sentence_end = match.end() + len(raw) - len(raw.lstrip()) + (cut.start() if cut else len(rest))
+        if answer:
+            marks.append(Mark(match.start(), first_sentence_end, answer, False, cut is not None or end < len(text)))
+    return marks
+
+
+def marks(text: str) -> list[Mark]:
+    """Every answer ``text`` marks, in the order they end: each box (the boxes of one sentence as
+    one list), answer tag (its box where it holds one), ``#### N`` and answer line."""
+    found = [Mark(s, e, content.strip(), True, True) for s, e, content in _box_lists(text)]
+    for m in _ANSWER_TAG.finditer(text):
+        inner = m.group(1).strip()
+        found.append(Mark(m.start(), m.end(), _last_boxed(inner) or inner, True, True))
+    for m in _HASHES.finditer(text):
+        found.append(Mark(m.start(), m.end(1), m.group(1).strip(), True, m.group(2) is not None))
+    found += _line_marks(text)
+    return sorted((m for m in found if m.answer), key=lambda m: (m.end, -m.start))
+
+
+_FENCE = re.compile(r"(```|~~~).*?(?:\1|\Z)", re.DOTALL)
+
+
+def without_code(text: str) -> str:
+    """``text`` with each fenced code block (a cut one runs to the end) blanked, line breaks kept,
+    so that nothing in it is read as an answer and every other position stays."""
+    return _FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+
+
+_LAYOUT = re.compile(r"\\left|\\right|\\[!,;: ]|\s|\$")
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether two marked answers say the same: the same text (spacing, ``$`` and LaTeX sizing
+    aside, ``\\dfrac`` as ``\\frac``), or the same plain number."""
+    norm = lambda s: _LAYOUT.sub("", s).rstrip(".").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    if norm(a) == norm(b):
+        return True
+    x, y = as_number(a), as_number(b)
+    return x is not None and y is not None and x.value == y.value and x.percent == y.percent
+
+
+def _states_value(answer: str) -> bool:
+    """Whether an answer line states a value (digits or LaTeX; no words, ``=`` or relation): one
+    that must agree with the boxes, tags and ``####`` of the completion. A line of words (``the
+    answer we need is the sum of 5 and 3``) or a check (``17 \\cdot 44 = 748 \\equiv 1``) does not."""
+    return (bool(re.search(r"[0-9\\]", answer)) and not _WORDS.search(answer)
+            and not re.search(r"=|\\equiv|\\approx", answer) and not _RELATION.search(answer))
+
+
+# "the answer is not \boxed{18}", "it cannot be $\boxed{18}$"
+_NEGATED_BEFORE = re.compile(r"(?:\bnot|\bcannot|n't|\bnever|\bno)\s+(?:(?:be|equal|equals|to|the|exactly|just|simply)\s+)*[\s$(\[\\]*\Z",
+                             re.IGNORECASE)
+# "\boxed{18} is wrong", "\boxed{18}. Wait, no", "<answer>18</answer> That is incorrect."
+_RETRACTED_AFTER = re.compile(
+    r"[\s$.,;:!)\]}]*(?:(?:wait|hmm+|oops|actually)\b[\s,.!:;-]*)*"
+    r"(?:no\b|(?:that|this|it)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+(?:right|correct|it))"
+    r"|(?:is|was)\s+(?:wrong|incorrect|not\s+(?:right|correct|the\s+(?:final\s+)?answer)))",
+    re.IGNORECASE,
+)
+_RETRACTION_WINDOW = 60  # characters before and after a final answer read for its negation or retraction
+
+
+def retracted(text: str, mark: Mark) -> bool:
+    """Whether ``text`` negates the marked answer just before it (``not \\boxed{18}``) or retracts
+    it just after (``\\boxed{18} is wrong``, ``\\boxed{18}. Wait, no``)."""
+    before = text[max(mark.start - _RETRACTION_WINDOW, 0) : mark.start]
+    return bool(_NEGATED_BEFORE.search(before) or _RETRACTED_AFTER.match(text, mark.end, mark.end + _RETRACTION_WINDOW))
+
+
+# Characters that look like part of a number but are not ASCII digits or signs: other scripts'
+# digits (Nd), superscripts and vulgar fractions (No), numeral letters (Nl), format characters
+# such as zero-width spaces (Cf), and dashes other than the minus sign before a digit.
+_DASH_BEFORE_DIGIT = re.compile(r"[\u2010-\u2015\u2e3a\u2e3b\ufe58\ufe63\uff0d](?=\s*[0-9])")
+
+
+def lookalike(text: str) -> str | None:
+    """The first character of ``text`` that looks like part of a number and is not one podsrl
+    reads (``٤``, ``４``, ``²``, ``½``, a zero-width space, ``－``), or None. U+2212 (−) is read as
+    a minus sign."""
+    for ch in text:
+        category = unicodedata.category(ch)
+        if (category in ("Nd", "No", "Nl") and not "0" <= ch <= "9") or category == "Cf":
+            return ch
+    return m.group() if (m := _DASH_BEFORE_DIGIT.search(text)) else None
+
+
+class Reading(NamedTuple):
+    """What a completion answers: its final ``answer`` (None: none), and ``why`` it has none where
+    it marks or states something that is refused."""
+
+    answer: str | None
+    why: str | None = None
+
+
+def read(text: str, require_marker: bool = False, question: str | None = None, truncated: bool = False) -> Reading:
+    """The final answer of a completion (fenced code blocks aside, :func:`without_code`):
+
+    - where it holds a box, an answer tag or ``####``, the last of them; every box, tag and
+      ``####``, and every answer line after them that states a value, must say the same, else it
+      is a hedge, no answer (an answer line before them is corrected by them);
+    - else the last answer line (a later one corrects an earlier one);
+    - else, unless ``require_marker`` or ``truncated``, its :func:`stated_number`.
+
+    A final answer negated or retracted (:func:`retracted`) is no answer. ``truncated`` (cut at the length limit): only marks that
+    end before the cut count, and never an unmarked number."""
+    text = without_code(text)
+    found = [m for m in marks(text) if m.ends or not truncated]
+    strong = [m for m in found if m.strong]
+    if strong:
+        final = strong[-1]
+        if any(not _same(m.answer, final.answer) for m in found
+               if m.strong or (m.end > final.end and _states_value(m.answer))):
+            return Reading(None, "several different answers")
+    elif found:
+        final = found[-1]
+    elif require_marker or truncated:
+        return Reading(None, "no marked answer" if not truncated else "truncated before a marked answer")
+    else:
+        return stated_number(text, question)
+    if retracted(text, final):
+        return Reading(None, "retracted")
+    return Reading(final.answer.replace("\u2212", "-"))
+
+
 def marked_answer(text: str) -> str | None:
-    """The whole answer a completion marks as final, by the first marker found in this order:
-    ``\\boxed{}`` (several in the last sentence: their list), ``<answer>...</answer>``, GSM8K's
-    ``#### N``, an answer line. ``None`` when no marker is found."""
-    if (boxed := _last_boxed(text)) is not None:
-        return boxed.strip()
-    if tags := _ANSWER_TAG.findall(text):
-        inner = tags[-1].strip()
-        return _last_boxed(inner) or inner
-    if "####" in text:
-        return text.rsplit("####", 1)[1].strip().split("\n")[0].strip()
-    return _answer_line(text)
+    """The final answer a completion marks (:func:`read` without the unmarked reading); None where
+    it marks none, or its marks are refused."""
+    return read(text, require_marker=True).answer
 
 
 _ARITHMETIC = r"[-+*×÷]|\\times|\\cdot|\\div"  # an operator of arithmetic, but for the fraction bar
-_BINARY_BEFORE = re.compile(rf"(?:\d|\))\s*(?:/|{_ARITHMETIC})\s*$")  # "0 + " before a number
+_BINARY_BEFORE = re.compile(rf"(?:[0-9]|\))\s*(?:/|{_ARITHMETIC})\s*$")  # "0 + " before a number
 _OPERATOR_AFTER = re.compile(rf"\s*(?:[/=^]|{_ARITHMETIC})")  # " =", " + 3" after a number
 _COPY_CONTEXT = 12  # characters (white space aside) before a number that, in the question with it, make it a copy
+_CLAUSE_END = re.compile(r"[.!?;:\n](?:\s|$)|\n")
+_RESULT_CUE = re.compile(r"(?:=|\b(?:is|are|was|equals?|gives?|get|gets|makes?|be|total|so|therefore|thus|hence)\b)\W*$",
+                         re.IGNORECASE)
+_NEAR_WORDS = 2  # words (or numbers) on each side of an unmarked number read for a hedge
 
 
-def stated_number(text: str, question: str | None = None) -> str | None:
+def _near(before: str, after: str) -> str:
+    """The words around an unmarked number inside its sentence: ``_NEAR_WORDS`` on each side."""
+    before = _CLAUSE_END.split(before)[-1]
+    after = _CLAUSE_END.split(after)[0]
+    return " ".join(before.split()[-_NEAR_WORDS:] + ["#"] + after.split()[:_NEAR_WORDS])
+
+
+def stated_number(text: str, question: str | None = None) -> Reading:
     """The last number of an unmarked completion, where it states a result: not the operand of an
     arithmetic operator (``0 + 5``), not followed by an operator or ``=`` (``0 + 5 =``), not an
-    item of a comma-separated list (``(3, 5)``), not copied from the ``question`` (the number with
-    the characters before it, as the question has them: "... of the remaining 284?"). None otherwise."""
+    item of a comma-separated list (``(3, 5)``), not hedged by the words around it (``12 or 11``,
+    ``11 or more``, ``about 11``, ``< 11``), not touching a look-alike character (``4²``), not
+    copied from the ``question`` (the number with the characters before it, as the question has
+    them: "... of the remaining 284?"), and not an echo of one of the question's numbers (a number
+    the question holds, written without a result before it: ``=``, ``is``, ``gives``, ...)."""
     matches = list(_NUMBER.finditer(text))
     if not matches:
-        return None
+        return Reading(None)
     last = matches[-1]
     before, after = text[: last.start()], text[last.end() :]
+    number = last.group().replace(",", "").replace("\u2212", "-")
     if _BINARY_BEFORE.search(before) or _OPERATOR_AFTER.match(after):
-        return None
-    if re.search(r"\d\s*,\s*$", before) or re.match(r"\s*,\s*-?\d", after):
-        return None
+        return Reading(None, "a computation, not its result")
+    if re.search(r"[0-9]\s*,\s*$", before) or re.match(r"\s*,\s*-?[0-9]", after):
+        return Reading(None, "an item of a list")
+    if lookalike(before[-1:] + last.group() + after[:1]):
+        return Reading(None, "a look-alike character beside it")
+    near = _near(before, after)
+    if {w.lower() for w in _WORDS.findall(near)} & HEDGES or _RELATION.search(near) or _HEDGE_MARK.search(near):
+        return Reading(None, "hedge")
     if question and copied(before, last.group(), question):
-        return None
-    return last.group().replace(",", "")
+        return Reading(None, "copied from the question")
+    if question and before.strip() and echoed(before, number, question):
+        return Reading(None, "a number of the question")
+    return Reading(number)
 
 
 def copied(before: str, number: str, question: str) -> bool:
@@ -183,13 +344,17 @@ def copied(before: str, number: str, question: str) -> bool:
     return context + squeeze(number) in squeeze(question)
 
 
-def extract_answer(text: str, require_marker: bool = False, question: str | None = None) -> str | None:
-    """The final answer of a completion: its :func:`marked_answer`, else (unless ``require_marker``)
-    its :func:`stated_number` (not one copied from ``question``). None when it holds no answer."""
-    marked = marked_answer(text)
-    if marked is not None or require_marker:
-        return marked
-    return stated_number(text, question)
+def echoed(before: str, number: str, question: str) -> bool:
+    """Whether ``number`` is one of the ``question``'s numbers, written with no result before it
+    (``=``, ``is``, ``gives``, ... ending the text before it): ``17 25`` echoes "17 + 25"."""
+    values = {n.group().replace(",", "") for n in _NUMBER.finditer(question)}
+    return number in values and not _RESULT_CUE.search(_CLAUSE_END.split(before)[-1])
+
+
+def extract_answer(text: str, require_marker: bool = False, question: str | None = None,
+                   truncated: bool = False) -> str | None:
+    """The final answer of a completion (:func:`read`); None when it holds no answer."""
+    return read(text, require_marker, question, truncated).answer
 
 
 # --------------------------------------------------------------------------- plain numbers
@@ -223,25 +388,49 @@ def as_number(text: str) -> Number | None:
 
 
 def numbers_equal(gold: Number, pred: Number) -> bool:
-    """Equality of two plain numbers as math-verify decides it, computed exactly: the values
-    (a percentage divided by 100) are equal; or both are integers, a percentage sign aside
-    (``9% = 9``); or a side is a decimal, neither is a bare integer, and they agree to 6 places."""
+    """Equality of two plain numbers as math-verify decides it, computed exactly, a percentage
+    read as its number over 100 and only so: the values are equal; or a side is a decimal, neither
+    is a bare integer, and they agree to 6 places."""
     a = gold.value / 100 if gold.percent else gold.value
     b = pred.value / 100 if pred.percent else pred.value
     if a == b:
         return True
     integer = lambda x: not x.decimal and x.value.denominator == 1
-    if integer(gold) and integer(pred):
-        return gold.value == pred.value
     bare_integer = lambda x: integer(x) and not x.percent
     if (gold.decimal or pred.decimal) and not (bare_integer(gold) or bare_integer(pred)):
         return round(a, 6) == round(b, 6)
     return False
 
 
+_PERCENT = re.compile(r"\\?%")
+_PERCENT_QUESTION = re.compile(r"\bper\s?cent(?:age)?s?\b|%", re.IGNORECASE)
+
+
+def asks_percent(question: str | None) -> bool:
+    """Whether the ``question`` asks for a percentage (``What percent ...``, ``%``): its bare
+    numbers, the gold's too (GSM8K writes ``45`` for 45%), are then in percent."""
+    return bool(question and _PERCENT_QUESTION.search(question))
+
+
+def in_units(answer: str, gold: str, question: str | None) -> tuple[str, str]:
+    """The answer and gold as math-verify compares them, each with one reading: a number with a
+    percent sign is its number over 100, and a bare number is in the question's units (percent
+    where it :func:`asks_percent`). ``45%`` equals a gold ``0.45``, and a gold ``45`` only where
+    the question asks for a percentage; never both."""
+    if asks_percent(question):
+        return _PERCENT.sub("", answer).strip(), _PERCENT.sub("", gold).strip()
+    over = lambda text: f"\\frac{{{_PERCENT.sub('', text).strip()}}}{{100}}" if _PERCENT.search(text) else text
+    return over(answer), over(gold)
+
+
 def gold_answer(gold: str) -> str | None:
-    """The gold answer as compared: a GSM8K ``#### N`` or ``\\boxed{}`` gold is extracted first."""
-    return marked_answer(gold) if "####" in gold or "\\boxed" in gold else gold
+    """The gold answer as compared: a GSM8K gold's number after its last ``####``, a MATH
+    solution's last ``\\boxed{}``, else the gold as given."""
+    if "####" in gold:
+        return gold.rsplit("####", 1)[1].strip().split("\n")[0].strip()
+    if "\\boxed" in gold:
+        return _last_boxed(gold)
+    return gold
 
 
 def unusable_gold(gold: str) -> str | None:
@@ -373,19 +562,23 @@ def literal_equal(gold: str, answer: str) -> bool:
 # --------------------------------------------------------------------------- grading
 
 
-def fast_match(completion: str, gold: str, require_marker: bool = False, question: str | None = None) -> bool | None:
+def fast_match(completion: str, gold: str, require_marker: bool = False, question: str | None = None,
+               truncated: bool = False) -> bool | None:
     """True/False when decided without math-verify; None when math-verify must decide."""
-    return compare_fast(extract_answer(completion, require_marker, question), gold)
+    return compare_fast(extract_answer(completion, require_marker, question, truncated), gold, question)
 
 
-def compare_fast(answer: str | None, gold: str) -> bool | None:
-    """Whether the extracted ``answer`` equals ``gold``, where decided in-process; None where
+def compare_fast(answer: str | None, gold: str, question: str | None = None) -> bool | None:
+    """Whether the extracted ``answer`` equals ``gold`` (a percentage read once, as
+    :func:`in_units` says, from the ``question``), where decided in-process; None where
     math-verify must decide (:func:`compare`)."""
     if unusable_gold(gold):
         return False
     gold = gold_answer(gold)
     if answer is None or not answer.strip():
         return False
+    if (ch := lookalike(answer)) is not None and ch not in gold:
+        return False  # read as what it is, a number it looks like, never
     if is_literal(gold):
         return literal_equal(gold, answer)
     if refused(answer, gold):
@@ -397,8 +590,9 @@ def compare_fast(answer: str | None, gold: str) -> bool | None:
     g, p = as_number(gold), as_number(answer)
     if g is None or p is None:
         return None
-    # math-verify also reads a percentage as its bare number: 10% equals a gold 10
-    return numbers_equal(g, p) or (p.percent and numbers_equal(g, p._replace(percent=False)))
+    if asks_percent(question):  # a bare number in percent, as the gold
+        g, p = g._replace(percent=True), p._replace(percent=True)
+    return numbers_equal(g, p)
 
 
 # --------------------------------------------------------------------------- implausible answers
@@ -530,14 +724,18 @@ def _verified(gold: str, answer: str) -> bool:
     return bool(verify(g, p, timeout_seconds=None))
 
 
-def verify_answer(completion: str, gold: str, require_marker: bool = False, question: str | None = None) -> bool:
+def verify_answer(completion: str, gold: str, require_marker: bool = False, question: str | None = None,
+                  truncated: bool = False) -> bool:
     """Whether the final answer of ``completion`` equals ``gold`` (slow; unbounded: call it
     through the reward pool)."""
-    return compare(extract_answer(completion, require_marker, question), gold)
+    return compare(extract_answer(completion, require_marker, question, truncated), gold, question)
 
 
-def compare(answer: str | None, gold: str) -> bool:
+def compare(answer: str | None, gold: str, question: str | None = None) -> bool:
     """Whether the extracted ``answer`` equals ``gold``: :func:`compare_fast` where it decides,
-    else math-verify on the whole answer."""
-    decided = compare_fast(answer, gold)
-    return decided if decided is not None else _verified(gold_answer(gold), answer)
+    else math-verify on the whole answer, percentages in the units :func:`in_units` gives."""
+    decided = compare_fast(answer, gold, question)
+    if decided is not None:
+        return decided
+    answer, gold = in_units(answer, gold_answer(gold), question)
+    return _verified(gold, answer)

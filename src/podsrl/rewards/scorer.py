@@ -28,6 +28,7 @@ import torch
 from podsrl.errors import PodsError, first_line
 from podsrl.rewards import RewardFn
 from podsrl.rewards import pool as reward_pool
+from podsrl.rollout import cut_short
 
 
 class StepResult(NamedTuple):
@@ -48,9 +49,11 @@ class Scorer:
         if not self.in_process:
             reward_pool.configure(workers, timeout, memory_mb, wall_timeout)
 
-    def start(self, columns: dict[str, list], n: int) -> StepScores:
-        """``columns``: one value per prompt (``prompts``, ``answer``, ...), repeated n times."""
-        return StepScores(self, columns, n)
+    def start(self, columns: dict[str, list], n: int, max_new_tokens: int | None = None, eos_ids=()) -> StepScores:
+        """``columns``: one value per prompt (``prompts``, ``answer``, ...), repeated n times.
+        With ``max_new_tokens``, each completion also gets the column ``truncated``: whether it was
+        cut at that length (:func:`podsrl.rollout.cut_short`, with the engine's ``eos_ids``)."""
+        return StepScores(self, columns, n, max_new_tokens, eos_ids)
 
     def close(self) -> None:
         if not self.in_process:
@@ -60,8 +63,9 @@ class Scorer:
 class StepScores:
     """The scores of one step's ``P * n`` completions, filled in as groups are generated."""
 
-    def __init__(self, scorer: Scorer, columns: dict[str, list], n: int):
+    def __init__(self, scorer: Scorer, columns: dict[str, list], n: int, max_new_tokens: int | None = None, eos_ids=()):
         self.scorer, self.columns, self.n = scorer, columns, n
+        self.max_new_tokens, self.eos_ids = max_new_tokens, eos_ids
         rows = len(next(iter(columns.values()))) * n
         self.values = {name: [None] * rows for name in scorer.fns}  # final values
         self.pending: list[tuple[str, list[int], str, object]] = []  # (function, rows, kind, future)
@@ -69,7 +73,10 @@ class StepScores:
         self.inline_s = 0.0
 
     def row_columns(self, row: int, completion_ids: list[int]) -> dict:
-        return {**{k: v[row // self.n] for k, v in self.columns.items()}, "completion_ids": completion_ids}
+        columns = {**{k: v[row // self.n] for k, v in self.columns.items()}, "completion_ids": completion_ids}
+        if self.max_new_tokens is not None:
+            columns["truncated"] = cut_short(completion_ids, self.max_new_tokens, self.eos_ids)
+        return columns
 
     def add(self, first_prompt: int, texts: list[str], completion_ids: list[list[int]]) -> None:
         """Score the completions of prompts ``first_prompt ...`` (``n`` each, in order)."""

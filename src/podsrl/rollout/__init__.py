@@ -44,6 +44,18 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
     )
 
 
+def cut_short(ids: list[int], max_new_tokens: int, eos_ids) -> bool:
+    """Whether a completion's token ids (its end of sequence included, as engines hand them) were
+    cut at the length limit: ``max_new_tokens`` of them, the last no end of sequence. An engine
+    that names no ``eos_ids``: every completion of the full length counts as cut."""
+    return len(ids) >= max_new_tokens and not (ids and ids[-1] in set(eos_ids or ()))
+
+
+def cut_rows(r: Rollouts, max_new_tokens: int, eos_ids) -> list[bool]:
+    """:func:`cut_short` of each of ``r``'s completions."""
+    return [cut_short(row[m.bool()].tolist(), max_new_tokens, eos_ids) for row, m in zip(r.completion_ids.cpu(), r.completion_mask.cpu())]
+
+
 OnChunk = Callable[[int, list[str], list[list[int]]], None]
 """Called with each batch of finished groups as soon as it exists: the index of its first prompt,
 its completions' texts and token ids (``n`` per prompt, in order), so scoring can start while the
