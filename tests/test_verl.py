@@ -8,6 +8,8 @@ Groups are put in TransferQueue as verl's agent loop writes them: a prompt key `
 whose ``rm_scores`` hold the reward on the last response token."""
 
 import os
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -24,6 +26,7 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from podsrl.downsample import RULES, select  # noqa: E402
 from podsrl.integrations.verl import PODSReplayBuffer, PODSReplayBufferAsync  # noqa: E402
 
+REPO = Path(__file__).resolve().parent.parent
 VERL_CONFIG = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 MODES = ["sync", "colocate_async"]
 N, M = 8, 4
@@ -176,6 +179,18 @@ def test_at_m_equal_n_the_batch_is_verls_own(mode):
     assert len(batches[0][0]) == 4 * N
 
 
+def test_settings_made_apart_from_verls_config_work_without_its_sizes():
+    buffer = PODSReplayBuffer(trainer_mode="sync", trainer_config={}, max_off_policy_threshold=8,
+                              max_off_policy_strategy="drop", sampler_kwargs={"pods_m": M}, poll_interval=0.05)
+    for uid, rewards in GROUPS.items():
+        put_group(uid, rewards)
+    batch, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=4)
+    assert set(batch.keys) == expected(GROUPS)
+    with pytest.raises(ValueError, match=r"pods_m must be an integer in 2..actor_rollout_ref.rollout.n = 2..rollout.n, got 1"):
+        PODSReplayBufferAsync(trainer_mode="separate_async", trainer_config={}, max_off_policy_threshold=8,
+                              max_off_policy_strategy="drop", sampler_kwargs={"pods_m": 1})
+
+
 def test_validation_batches_are_returned_whole():
     buffer = build(config())
     tq.kv_put(key="v0", partition_id="val", tag={"is_prompt": True, "status": "finished", "global_steps": 1})
@@ -277,6 +292,7 @@ def test_mini_batches_verl_would_pad_are_refused_with_the_size_to_set():
     # GSM8K's GRPO example (512 prompts, mini-batches of 256, n = 5) moved to n = 16 without a new mini-batch
     cfg = config("data.train_batch_size=512", "actor_rollout_ref.rollout.n=16",
                  "actor_rollout_ref.actor.ppo_mini_batch_size=256")
+    assert f"ValueError: {refusal(cfg)}\n" in (REPO / "docs" / "verl.md").read_text()  # quoted there
     assert refusal(cfg) == (
         "PODS keeps data.train_batch_size / parameter_sync_step x pods_m = 512 / 1 x 4 = 2048 trajectories per "
         "update, not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size x rollout.n = 256 x 16 = 4096 (verl "
@@ -298,3 +314,17 @@ def test_other_trainer_settings_are_refused_in_one_line():
         "PODS reads the rewards when it samples, before verl runs a colocated reward model")
     assert refusal(config("algorithm.adv_estimator=gae")).startswith("PODS selects rollouts within prompt groups")
 
+
+def test_the_docs_override_list_builds_the_sampler():
+    """The PODS lines of docs/verl.md on top of verl's GSM8K GRPO example's batch sizes."""
+    page = (REPO / "docs" / "verl.md").read_text()
+    block = re.search(r"```bash\n((?:(?!```).)*custom_sampler(?:(?!```).)*)```", page, re.S).group(1)
+    overrides = [line.strip().rstrip("\\").strip() for line in block.splitlines()
+                 if re.match(r"\s*\+?(trainer|actor_rollout_ref|data|algorithm)\.", line)]
+    assert any("pods_m" in o for o in overrides)
+    cfg = config("data.train_batch_size=512", "actor_rollout_ref.actor.ppo_mini_batch_size=256",
+                 "actor_rollout_ref.rollout.n=5", *overrides, sampler=None)
+    buffer = build(cfg)
+    settings = dict(o.lstrip("+").split("=", 1) for o in overrides)
+    assert isinstance(buffer, PODSReplayBuffer) and buffer.pods.m == int(settings["trainer.v1.sampler.sampler_kwargs.pods_m"])
+    assert cfg.actor_rollout_ref.rollout.n == int(settings["actor_rollout_ref.rollout.n"]) > buffer.pods.m

@@ -83,6 +83,7 @@ check_verl_version(verl.__version__)
 
 import transfer_queue as tq  # noqa: E402  (after the version check)
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from omegaconf.errors import ConfigKeyError  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync  # noqa: E402
 
@@ -202,6 +203,18 @@ def session_rewards(keys: list[str], partition_id: str) -> dict[str, float]:
     return {s: float(v.sum()) for s, v in zip(sessions, data["rm_scores"], strict=True)}
 
 
+def trainer_config_of(sampler_kwargs) -> DictConfig | None:
+    """The trainer's whole config, of which verl passes ``sampler_kwargs`` as a node; None for
+    settings made apart from it (a dict, say), against which no batch size can be checked."""
+    if not isinstance(sampler_kwargs, DictConfig):
+        return None
+    try:
+        config = OmegaConf.select(sampler_kwargs, _ROOT)
+    except ConfigKeyError:  # fewer levels above it than the trainer's config has
+        return None
+    return config if isinstance(config, DictConfig) and "actor_rollout_ref" in config else None
+
+
 class _PODSSampling:
     """The down-sampling step shared by both samplers (a mixin before verl's class)."""
 
@@ -213,9 +226,7 @@ class _PODSSampling:
         if trainer_mode not in self.modes:
             raise ValueError(f"{type(self).__name__} serves trainer.v1.trainer_mode in {list(self.modes)}, not "
                              f"{trainer_mode!r}: set trainer.v1.sampler.custom_sampler.name={self.other}")
-        config = OmegaConf.select(sampler_kwargs, _ROOT) if isinstance(sampler_kwargs, DictConfig) else None
-        if config is not None and "actor_rollout_ref" not in config:
-            config = None  # a sampler_kwargs that is not the trainer's own node: no checks against its sizes
+        config = trainer_config_of(sampler_kwargs)
         n = config.actor_rollout_ref.rollout.n if config is not None else None
         self.pods = pods_settings(sampler_kwargs, n)
         parameter_sync_step = int((trainer_config or {}).get("parameter_sync_step", 1))
