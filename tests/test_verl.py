@@ -186,7 +186,8 @@ def test_settings_made_apart_from_verls_config_work_without_its_sizes():
         put_group(uid, rewards)
     batch, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=4)
     assert set(batch.keys) == expected(GROUPS)
-    with pytest.raises(ValueError, match=r"pods_m must be an integer in 2..actor_rollout_ref.rollout.n = 2..rollout.n, got 1"):
+    with pytest.raises(ValueError, match=r"pods_m must be an integer in 2\.\.actor_rollout_ref\.rollout\.n = "
+                                         r"2\.\.rollout\.n, got 1"):
         PODSReplayBufferAsync(trainer_mode="separate_async", trainer_config={}, max_off_policy_threshold=8,
                               max_off_policy_strategy="drop", sampler_kwargs={"pods_m": 1})
 
@@ -283,7 +284,8 @@ def test_a_bad_pods_m_is_one_clear_error(pods_m):
 def test_a_missing_pods_m_or_unknown_setting_is_one_clear_error():
     assert refusal(config(pods_m=None)) == (
         "set the rollouts PODS keeps per prompt: +trainer.v1.sampler.sampler_kwargs.pods_m=M")
-    assert "unknown trainer.v1.sampler.sampler_kwargs ['m']" in refusal(config("+trainer.v1.sampler.sampler_kwargs.m=4"))
+    unknown = refusal(config("+trainer.v1.sampler.sampler_kwargs.m=4"))
+    assert "unknown trainer.v1.sampler.sampler_kwargs ['m']" in unknown
     assert "unknown trainer.v1.sampler.sampler_kwargs.pods_rule 'best'" in refusal(
         config("+trainer.v1.sampler.sampler_kwargs.pods_rule=best"))
 
@@ -296,17 +298,21 @@ def test_mini_batches_verl_would_pad_are_refused_with_the_size_to_set():
     assert refusal(cfg) == (
         "PODS keeps data.train_batch_size / parameter_sync_step x pods_m = 512 / 1 x 4 = 2048 trajectories per "
         "update, not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size x rollout.n = 256 x 16 = 4096 (verl "
-        "would pad them with no-op rows): set actor_rollout_ref.actor.ppo_mini_batch_size=128 (2048 trajectories, "
-        "1 per step)")
+        "would pad them with no-op rows): set actor_rollout_ref.actor.ppo_mini_batch_size=128 (mini-batches of "
+        "2048 trajectories, 1 per update)")
     # separate_async samples train_batch_size / parameter_sync_step prompts per update
-    cfg = config("data.train_batch_size=512", "actor_rollout_ref.rollout.n=16", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
-                 mode="separate_async")
+    cfg = config("data.train_batch_size=512", "actor_rollout_ref.rollout.n=16",
+                 "actor_rollout_ref.actor.ppo_mini_batch_size=64", mode="separate_async")
     assert "512 / 4 x 4 = 512 trajectories" in refusal(cfg) and "ppo_mini_batch_size=32 " in refusal(cfg)
+    # where no mini-batch fits, the prompts per step must change: 3 x 4 = 12 kept, not a multiple of n = 8
+    cfg = config("data.train_batch_size=3", "actor_rollout_ref.actor.ppo_mini_batch_size=1")
+    assert refusal(cfg).endswith("(verl would pad them with no-op rows): set data.train_batch_size to a multiple of 2")
 
 
 def test_other_trainer_settings_are_refused_in_one_line():
     sync_sampler = ["trainer.v1.sampler.custom_sampler.path=pkg://podsrl.integrations.verl",
-                    "trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer", f"+trainer.v1.sampler.sampler_kwargs.pods_m={M}"]
+                    "trainer.v1.sampler.custom_sampler.name=PODSReplayBuffer",
+                    f"+trainer.v1.sampler.sampler_kwargs.pods_m={M}"]
     assert refusal(config(*sync_sampler, mode="colocate_async", sampler=None)) == (
         "PODSReplayBuffer serves trainer.v1.trainer_mode in ['sync'], not 'colocate_async': "
         "set trainer.v1.sampler.custom_sampler.name=PODSReplayBufferAsync")
@@ -326,5 +332,6 @@ def test_the_docs_override_list_builds_the_sampler():
                  "actor_rollout_ref.rollout.n=5", *overrides, sampler=None)
     buffer = build(cfg)
     settings = dict(o.lstrip("+").split("=", 1) for o in overrides)
-    assert isinstance(buffer, PODSReplayBuffer) and buffer.pods.m == int(settings["trainer.v1.sampler.sampler_kwargs.pods_m"])
+    assert isinstance(buffer, PODSReplayBuffer)
+    assert buffer.pods.m == int(settings["trainer.v1.sampler.sampler_kwargs.pods_m"])
     assert cfg.actor_rollout_ref.rollout.n == int(settings["actor_rollout_ref.rollout.n"]) > buffer.pods.m

@@ -111,12 +111,13 @@ def pods_settings(sampler_kwargs, n: int | None) -> PODSSettings:
     m, top = kwargs["pods_m"], n if n is not None else "rollout.n"
     if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 2 or (n is not None and m > n):
         raise ValueError(
-            f"trainer.v1.sampler.sampler_kwargs.pods_m must be an integer in 2..actor_rollout_ref.rollout.n = 2..{top}, "
-            f"got {m!r}: advantages need two rollouts per prompt, and m cannot exceed the n generated"
+            f"trainer.v1.sampler.sampler_kwargs.pods_m must be an integer in 2..actor_rollout_ref.rollout.n = "
+            f"2..{top}, got {m!r}: advantages need two rollouts per prompt, and m cannot exceed the n generated"
         )
     rule = kwargs.get("pods_rule", "max_variance")
     if rule not in RULES:
-        raise ValueError(f"unknown trainer.v1.sampler.sampler_kwargs.pods_rule {rule!r}; known: {', '.join(sorted(RULES))}")
+        raise ValueError(f"unknown trainer.v1.sampler.sampler_kwargs.pods_rule {rule!r}; "
+                         f"known: {', '.join(sorted(RULES))}")
     seed = kwargs.get("pods_seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"trainer.v1.sampler.sampler_kwargs.pods_seed must be an integer, got {seed!r}")
@@ -138,13 +139,14 @@ def check_batch_sizes(config, m: int, parameter_sync_step: int) -> None:
         if kept % (mini * n) == 0:
             continue
         fits = [p for p in range(min(mini, kept // n), 0, -1) if kept % (p * n) == 0]
-        hint = (f"set {role}.ppo_mini_batch_size={fits[0]} ({fits[0] * n} trajectories, "
-                f"{kept // (fits[0] * n)} per step)" if fits else
+        hint = (f"set {role}.ppo_mini_batch_size={fits[0]} (mini-batches of {fits[0] * n} trajectories, "
+                f"{kept // (fits[0] * n)} per update)" if fits else
                 f"set data.train_batch_size to a multiple of {n // math.gcd(n, m) * parameter_sync_step}")
         raise ValueError(
             f"PODS keeps data.train_batch_size / parameter_sync_step x pods_m = {config.data.train_batch_size} / "
-            f"{parameter_sync_step} x {m} = {kept} trajectories per update, not a multiple of {role}.ppo_mini_batch_size x "
-            f"rollout.n = {mini} x {n} = {mini * n} (verl would pad them with no-op rows): {hint}"
+            f"{parameter_sync_step} x {m} = {kept} trajectories per update, not a multiple of "
+            f"{role}.ppo_mini_batch_size x rollout.n = {mini} x {n} = {mini * n} "
+            f"(verl would pad them with no-op rows): {hint}"
         )
 
 
@@ -173,7 +175,7 @@ def keep(keys: list[str], rewards: dict[str, float], settings: PODSSettings, gen
     before, after = [], []
     for size, uids in by_size.items():
         r = torch.tensor([[rewards[s] for s in sessions[uid]] for uid in uids], dtype=torch.float64)  # [B, size]
-        idx = select(r, min(settings.m, size), settings.rule, generator) if size > 1 else torch.zeros(len(uids), 1, dtype=torch.long)
+        idx = select(r, min(settings.m, size), settings.rule, generator)  # [B, min(m, size)]
         for row, uid in enumerate(uids):
             kept_sessions.update(sessions[uid][i] for i in idx[row].tolist())
         before.append(r.var(dim=1, unbiased=False))  # [B]
