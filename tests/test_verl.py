@@ -20,8 +20,8 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 import transfer_queue as tq  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from podsrl.downsample import RULES, select  # noqa: E402
 from podsrl.integrations.verl import PODSReplayBuffer, PODSReplayBufferAsync  # noqa: E402
@@ -84,14 +84,15 @@ def build(cfg, refill=None):
 
 
 def put_group(uid: str, rewards, global_steps: int = 1, status: str | None = "finished", order=None):
-    """A prompt and its sessions' trajectories (written in ``order`` of sessions), then its status."""
+    """A prompt and its sessions' trajectories (written in ``order`` of sessions), then its status;
+    responses of 3 or 4 tokens, the reward on the last, as verl's agent loop stores them."""
     tq.kv_put(key=uid, partition_id="train", tag={"is_prompt": True, "status": "running", "global_steps": global_steps})
     sessions = list(order if order is not None else range(len(rewards)))
-    rm_scores = [torch.tensor([0.0, 0.0, float(rewards[s])]) for s in sessions]
+    fields = [{"uid": uid, "response_mask": torch.ones(3 + s % 2, dtype=torch.int64),
+               "rm_scores": torch.tensor([0.0] * (2 + s % 2) + [float(rewards[s])])} for s in sessions]
     tq.kv_batch_put(keys=[f"{uid}_{s}_0" for s in sessions], partition_id="train",
-                    fields=TensorDict({"rm_scores": torch.nested.as_nested_tensor(rm_scores, layout=torch.jagged)},
-                                      batch_size=len(sessions)),
-                    tags=[{"status": "success", "global_steps": global_steps, "seq_len": 5} for _ in sessions])
+                    fields=list_of_dict_to_tensordict(fields),
+                    tags=[{"status": "success", "global_steps": global_steps, "seq_len": 5 + s % 2} for s in sessions])
     if status:
         finish(uid, status)
 
@@ -154,6 +155,25 @@ def test_every_rule_keeps_podsrls_selection(rule):
         put_group(uid, rewards)
     batch, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=4)
     assert set(batch.keys) == expected(GROUPS, rule=rule, seed=7)
+
+
+def test_verls_advantages_on_the_batch_are_normalised_over_the_kept_m():
+    """verl's own ``_compute_advantage`` (GRPO: (r - mean) / (std + 1e-6), torch's unbiased std,
+    over each uid's rows in the batch) on the batch the sampler returns."""
+    cfg = config()
+    buffer = build(cfg)
+    for uid, rewards in GROUPS.items():
+        put_group(uid, rewards)
+    batch, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=4)
+    PPOTrainer._compute_advantage(SimpleNamespace(config=cfg), batch, {})
+    advantages = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["advantages"])["advantages"]
+    for key, advantage in zip(batch.keys, advantages, strict=True):
+        uid, session = key.split("_")[0], int(key.split("_")[1])
+        kept = torch.tensor([GROUPS[uid][int(k.split("_")[1])] for k in batch.keys if k.startswith(f"{uid}_")],
+                            dtype=torch.float32)
+        assert len(kept) == M
+        want = (GROUPS[uid][session] - kept.mean()) / (kept.std() + 1e-6)
+        assert torch.allclose(advantage, torch.full_like(advantage, float(want)), atol=1e-5)
 
 
 def test_a_group_short_of_m_after_failures_is_kept_whole():
