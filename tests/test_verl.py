@@ -9,6 +9,8 @@ whose ``rm_scores`` hold the reward on the last response token."""
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +26,7 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
 from podsrl.downsample import RULES, select  # noqa: E402
-from podsrl.integrations.verl import PODSReplayBuffer, PODSReplayBufferAsync  # noqa: E402
+from podsrl.integrations.verl import PODSReplayBuffer, PODSReplayBufferAsync, check_verl_version  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 VERL_CONFIG = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
@@ -355,3 +357,20 @@ def test_the_docs_override_list_builds_the_sampler():
     assert isinstance(buffer, PODSReplayBuffer)
     assert buffer.pods.m == int(settings["trainer.v1.sampler.sampler_kwargs.pods_m"])
     assert cfg.actor_rollout_ref.rollout.n == int(settings["actor_rollout_ref.rollout.n"]) > buffer.pods.m
+
+
+def test_import_without_verl_names_the_install_command():
+    code = ("import sys\nsys.modules['verl'] = None  # as if verl were not installed\n"
+            "try:\n    import podsrl.integrations.verl\nexcept ImportError as e:\n    print(type(e).__name__, e)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.stdout.strip() == (
+        "ImportError podsrl.integrations.verl needs verl (verl>=0.9.1,<0.10): pip install 'podsrl[verl]'")
+
+
+@pytest.mark.parametrize("version", ["0.9.0", "0.10.0", "1.0", "unknown"])
+def test_another_verl_version_is_refused(version):
+    with pytest.raises(ImportError, match=rf"supports verl>=0\.9\.1,<0\.10 .*found verl {version}\. "
+                                          r"Install a supported one: pip install 'podsrl\[verl\]'"):
+        check_verl_version(version)
+    check_verl_version("0.9.1")
+    check_verl_version("0.9.2")
