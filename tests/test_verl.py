@@ -265,24 +265,30 @@ def test_dapo_filtered_groups_are_gone_and_refilled_as_verl_refills(mode):
     assert keys == expected({"b": groups["b"], "d": groups["d"], "r1x0": REFILLED})
 
 
-def test_a_stale_group_is_evicted_as_verl_evicts_it():
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stale_group_is_evicted_as_verl_evicts_it(mode):
+    """Asynchronously a group over max_off_policy_threshold is dropped and refilled; synchronous
+    sampling is on-policy and leaves it (verl's matrix: a no-op there)."""
     stale = ["trainer.v1.sampler.max_off_policy_threshold=2", "trainer.v1.sampler.max_off_policy_strategy=drop"]
+    groups = {"old": GROUPS["g0"], "new1": GROUPS["g1"], "new2": GROUPS["g3"]}
     runs = []
-    for cfg in (config(*stale, mode="colocate_async", sampler=None), config(*stale, mode="colocate_async")):
+    for cfg in (config(*stale, mode=mode, sampler=None), config(*stale, mode=mode)):
         calls = []
         buffer = build(cfg, refill=calls.append)
-        put_group("old", GROUPS["g0"], global_steps=1)  # spans 3 model versions at step 3: over the threshold
-        put_group("new1", GROUPS["g1"], global_steps=3)
-        put_group("new2", GROUPS["g3"], global_steps=3)
-        batch, metrics = buffer.sample(global_steps=3, partition_id="train", batch_size=2)
-        assert not {key for key in stored() if key.startswith("old")}
+        for uid, rewards in groups.items():  # old spans 3 model versions at step 3: over the threshold
+            put_group(uid, rewards, global_steps=1 if uid == "old" else 3)
+        batch, metrics = buffer.sample(global_steps=3, partition_id="train", batch_size=2 if mode != "sync" else 3)
+        assert mode == "sync" or not {key for key in stored() if key.startswith("old")}  # evicted: gone
         runs.append((calls, {key.split("_")[0] for key in batch.keys},
                      {k: v for k, v in metrics.items() if "/pods/" not in k}, set(batch.keys)))
         tq.kv_clear(keys=sorted(stored()), partition_id="train")
     (verl_calls, verl_uids, verl_metrics, _), (calls, uids, metrics, keys) = runs
-    assert calls == verl_calls == [1] and uids == verl_uids == {"new1", "new2"} and metrics == verl_metrics
-    assert metrics["training/off_policy/evicted_samples"] == 1
-    assert keys == expected({"new1": GROUPS["g1"], "new2": GROUPS["g3"]})
+    assert calls == verl_calls and uids == verl_uids and metrics == verl_metrics
+    if mode == "sync":
+        assert calls == [] and uids == set(groups) and keys == expected(groups)
+    else:
+        assert calls == [1] and uids == {"new1", "new2"} and metrics["training/off_policy/evicted_samples"] == 1
+        assert keys == expected({"new1": groups["new1"], "new2": groups["new2"]})
 
 
 # --------------------------------------------------------------------------- settings refused
