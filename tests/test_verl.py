@@ -92,9 +92,10 @@ def put_group(uid: str, rewards, global_steps: int = 1, status: str | None = "fi
     sessions = list(order if order is not None else range(len(rewards)))
     fields = [{"uid": uid, "response_mask": torch.ones(3 + s % 2, dtype=torch.int64),
                "rm_scores": torch.tensor([0.0] * (2 + s % 2) + [float(rewards[s])])} for s in sessions]
-    tq.kv_batch_put(keys=[f"{uid}_{s}_0" for s in sessions], partition_id="train",
-                    fields=list_of_dict_to_tensordict(fields),
-                    tags=[{"status": "success", "global_steps": global_steps, "seq_len": 5 + s % 2} for s in sessions])
+    tags = [{"status": "success", "global_steps": global_steps, "seq_len": 5 + s % 2} for s in sessions]
+    if sessions:
+        tq.kv_batch_put(keys=[f"{uid}_{s}_0" for s in sessions], partition_id="train",
+                        fields=list_of_dict_to_tensordict(fields), tags=tags)
     if status:
         finish(uid, status)
 
@@ -263,6 +264,24 @@ def test_dapo_filtered_groups_are_gone_and_refilled_as_verl_refills(mode):
     assert calls == ([2 * 2] if mode == "sync" else [2])  # verl's matrix: sync refills 2k, async k, for k filtered
     assert metrics["training/filter_groups/evicted_samples"] == 2
     assert keys == expected({"b": groups["b"], "d": groups["d"], "r1x0": REFILLED})
+
+
+def test_a_failed_group_is_refilled_as_verl_refills_it():
+    """trainer.v1.sampler.sync_refill_failed_groups: a group whose sessions all failed is replaced."""
+    runs = []
+    for cfg in (config("trainer.v1.sampler.sync_refill_failed_groups=True", sampler=None),
+                config("trainer.v1.sampler.sync_refill_failed_groups=True")):
+        refills = Refills()
+        buffer = build(cfg, refill=refills)
+        put_group("a", GROUPS["g0"])
+        put_group("b", [], status="failure")  # no session came back
+        batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=2)
+        runs.append((refills.calls, {key.split("_")[0] for key in batch.keys},
+                     {k: v for k, v in metrics.items() if "/pods/" not in k}, set(batch.keys)))
+        tq.kv_clear(keys=sorted(stored()), partition_id="train")
+    (verl_calls, verl_uids, verl_metrics, _), (calls, uids, metrics, keys) = runs
+    assert calls == verl_calls == [1] and uids == verl_uids == {"a", "r1x0"} and metrics == verl_metrics
+    assert keys == expected({"a": GROUPS["g0"], "r1x0": REFILLED})
 
 
 @pytest.mark.parametrize("mode", MODES)
