@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import signal
@@ -18,7 +17,8 @@ import sys
 import threading
 import time
 
-from podsrl.errors import EXIT_INTERRUPTED, ArgumentParser, PodsError, Terminated, one_line_errors
+from podsrl.errors import EXIT_INTERRUPTED, ArgumentParser, PodsError, Terminated, one_line_errors, raise_terminated
+from podsrl.quiet import quiet_logging
 
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 OTHER_PROCESS_WAIT_S = 5.0
@@ -326,9 +326,9 @@ def _say(line: str, code: int) -> int:
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    previous = signal.signal(signal.SIGTERM, raise_terminated) if main_thread else None
     try:
-        _quiet_logging()
+        quiet_logging()
         return args.fn(args)
     except KeyboardInterrupt as e:  # the trainer has already left its folder as a rerun expects it
         terminated = isinstance(e, Terminated)
@@ -341,10 +341,6 @@ def _run(argv: list[str]) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-
-
-def _terminate(signum, frame):
-    raise Terminated()
 
 
 def _main_process() -> bool:
@@ -362,19 +358,6 @@ def _last_line(line: str, code: int) -> int:
             return code
     print(line, file=sys.stderr)
     return code
-
-
-def _quiet_logging() -> None:
-    from podsrl.quiet import quiet_known_warnings
-
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    quiet_known_warnings()
-    for noisy in ("transformers", "accelerate", "httpx", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
 
 
 if __name__ == "__main__":

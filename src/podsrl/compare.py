@@ -294,11 +294,12 @@ def _outcome(process, receive, run_dir: Path) -> BaseException | None:
 def _run_in_child(send, line: str, c, run_dir: Path, keep: str) -> None:
     import signal
 
-    from podsrl.cli import _quiet_logging, _terminate
+    from podsrl.errors import raise_terminated
+    from podsrl.quiet import quiet_logging
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent takes Ctrl-C and ends this run with SIGTERM
-    signal.signal(signal.SIGTERM, _terminate)
-    _quiet_logging()
+    signal.signal(signal.SIGTERM, raise_terminated)
+    quiet_logging()
     try:
         _train_and_prune(line, c, run_dir, keep)
     except (PodsError, KeyboardInterrupt) as e:
