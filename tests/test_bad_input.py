@@ -856,6 +856,16 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
     (["task.name=gym", "task.dataset=chain_sum", "task.digits=2"],
      "task.digits=2 applies only with task.name=arithmetic, not with task.name=gym"),
     (["task.name=math500", "task.path=data", "task.operations=*"], "task.operations=* applies only with task.name=arithmetic"),
+    (["loss_type=sapo", "epsilon_low=0.1"], "epsilon_low=0.1 applies only with a clipped loss_type (grpo, bnpo, dr_grpo, "
+                                            "dapo, luspo), not with loss_type=sapo"),
+    (["loss_type=cispo", "epsilon_low=0.1"], "epsilon_low=0.1 applies only with a clipped loss_type"),
+    (["loss_type=vespo", "epsilon_high=0.28"], "epsilon_high=0.28 applies only with a loss_type that clips or caps the "
+                                               "ratio (not sapo or vespo), not with loss_type=vespo"),
+    (["loss_type=sapo", "epsilon_high=0.28"], "epsilon_high=0.28 applies only with a loss_type that clips or caps"),
+    (["loss_type=vespo", "importance_sampling_level=sequence"],
+     "importance_sampling_level=sequence applies only with a loss_type other than vespo"),
+    (["use_bias_correction_kl=false"], "use_bias_correction_kl=false applies only with beta > 0 (it weights the KL "
+                                       "term), not with beta=0.0"),
 ])
 @pytest.mark.parametrize("command", ["config", "train"])
 def test_settings_that_cannot_apply_are_refused_naming_what_they_need(capsys, tmp_path, overrides, message, command):
@@ -875,9 +885,28 @@ def test_settings_that_cannot_apply_are_refused_naming_what_they_need(capsys, tm
      "vllm_importance_sampling_cap=2.0"],
     ["task.name=math500", "task.path=data", "task.train_path=train.jsonl"],
     ["adaptive_n=true", "adaptive_round=2", "prompt_filter=history", "prompt_filter_target=0.5"],
+    ["loss_type=cispo", "epsilon_high=4"],
+    ["loss_type=luspo", "epsilon_low=0.1", "epsilon_high=0.28", "importance_sampling_level=sequence"],
+    ["loss_type=vespo", "importance_sampling_level=sequence", "beta=0.01"],  # the KL's weight
+    ["beta=0.01", "use_bias_correction_kl=false"],
 ])
 def test_settings_that_apply_are_taken(overrides):
     load_config(None, overrides)
+
+
+@pytest.mark.parametrize("lam", ["vespo_lambda_pos=0", "vespo_lambda_neg=-1"])
+def test_a_vespo_decay_of_zero_or_less_is_refused_not_clamped(capsys, lam):
+    code, err = cli(capsys, "config", "loss_type=vespo", lam)
+    assert_one_error(code, err, "vespo_lambda_pos and _neg must be > 0")
+
+
+def test_epsilon_high_defaults_to_epsilon_low_and_cispos_cap_to_trls_recommended_5():
+    """TRL: epsilon_high defaults to epsilon; cispo's cap at 0.2 would cap the on-policy ratio 1."""
+    assert load_config(None, ["epsilon_low=0.1"]).epsilon_high == 0.1
+    assert load_config(None, []).epsilon_high == 0.2
+    cispo = load_config(None, ["loss_type=cispo"])
+    assert cispo.epsilon_high == 5.0 and load_config(None, ["loss_type=cispo", "epsilon_high=3"]).epsilon_high == 3
+    assert "epsilon_high: 5.0" in to_yaml(cispo)  # recorded as the value it stands for
 
 
 def test_compare_checks_a_methods_settings_against_the_shared_ones():
