@@ -96,6 +96,8 @@ def test_summary_hand_computed(tmp_path):
     assert "| score s/step |" in table and "| 10.0 | 1.5 | 0.15 | 4.0 | 120 |" in table
     assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["pods"]["speedup_vs_reference"] == pytest.approx(0.75)
+    strict = json.loads((tmp_path / "summary.json").read_text(), parse_constant=lambda token: pytest.fail(token))
+    assert strict["methods"]["grpo-ga"]["step_ratio_to_gain_ci95"] == [None, None]  # never: inf, written null
 
 
 def test_sampler_statistics_per_step_and_the_zero_advantage_share():

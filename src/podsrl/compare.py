@@ -592,9 +592,23 @@ def sampler_statistics(steps: list[dict]) -> dict:
 def write_reports(out: Path, summary: dict) -> None:
     """summary.json, summary.md and the plots, each replaced whole (a write cut short leaves the
     previous one)."""
-    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(out / "summary.json", summary_json(summary))
     write_atomic(out / "summary.md", markdown_table(summary))
     plot(out, summary)
+
+
+def summary_json(summary: dict) -> str:
+    """``summary`` as strict JSON: a value that is no finite number (a ratio's unbounded confidence
+    limit, ``inf``) is ``null``, as in JSON's own writers; summaries written before hold the bare
+    token ``Infinity``, which Python's ``json.loads`` still reads."""
+    def strict(v):
+        if isinstance(v, dict):
+            return {k: strict(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [strict(x) for x in v]
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    return json.dumps(strict(summary), indent=2, allow_nan=False) + "\n"
 
 
 def fmt(v, spec: str = ".2f") -> str:
