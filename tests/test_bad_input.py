@@ -432,6 +432,7 @@ def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, ca
     ("m=1", "mode=pods needs m >= 2, got m=1"),
     ("task.digits=5000", "task.digits must be in 1..1000, got 5000"),
     ("n=1", "n must be >= 2, got 1"),
+    ("n=9223372036854775808", "n x prompts_per_step, the rollouts of a step, must be at most 16,777,216"),
     ("rewards=[accuracy,accuracy,format]", "rewards names 'accuracy' twice; name it once, with the sum of its weights"),
     ("task.test_size=0", "task.test_size=0 means every problem of a test file; arithmetic generates its problems"),
 ])
@@ -1094,6 +1095,14 @@ def parent_of(pid: int) -> int | None:
     (["m=1"], "mode=pods needs m >= 2, got m=1"),
     (["rule=random", "mode=grpo"], "rule=random applies only with mode=pods"),
     (["--json", "{tmp}/missing/plan.json"], "--json {tmp}/missing/plan.json: the folder {tmp}/missing does not exist"),
+    (["--json", "{tmp}"], "--json {tmp} is a folder; give the file to write"),
+    (["mode=grpo-ga", "m=1"], "plan's table trains m = 1 rollouts per prompt in every method, GRPO's n = m and PODS's m "
+                              "included, and podsrl train needs them >= 2: give m >= 2"),
+    (["mode=grpo-ga", "m=1", "--generate", "2,4", "--update", "2,4"], "plan's table trains m = 1 rollouts"),
+    (["n=9223372036854775808"], "n x prompts_per_step, the rollouts of a step, must be at most 16,777,216, got "
+                                "9223372036854775808 x 4"),
+    (["--candidates", "9223372036854775808"], "n = 9223372036854775808 x prompts_per_step = 4 rollouts a step is more "
+                                              "than podsrl train takes (16,777,216)"),
 ])
 def test_plan_refuses_in_one_line_before_loading_a_model(capsys, tmp_path, monkeypatch, args, message):
     def no_model(*_a, **_k):

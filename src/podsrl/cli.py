@@ -94,6 +94,8 @@ def cmd_plan(args) -> int:
     json_path = Path(args.json) if args.json else None
     if json_path is not None and not json_path.parent.is_dir():
         raise PodsError(f"--json {args.json}: the folder {json_path.parent} does not exist")
+    if json_path is not None and json_path.is_dir():
+        raise PodsError(f"--json {args.json} is a folder; give the file to write")
     given = default_sizes(c)
     sizes = Sizes(generate=args.generate or given.generate, calls=given.calls if args.calls is None else args.calls,
                   update=args.update or given.update, candidates=args.candidates or given.candidates)

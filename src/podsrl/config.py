@@ -479,6 +479,8 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
         need(math.isfinite(value), f"{key} must be a finite number, got {value}")
     need(c.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {c.prompts_per_step}")
     need(c.n >= 2, f"n must be >= 2, got {c.n}: advantages compare a prompt's rollouts, and a group of one has none")
+    need(c.n * c.prompts_per_step <= MAX_ROLLOUTS, f"n x prompts_per_step, the rollouts of a step, must be at most "
+         f"{MAX_ROLLOUTS:,}, got {c.n} x {c.prompts_per_step}")
     need(c.steps >= 1, f"steps must be >= 1, got {c.steps}; podsrl eval evaluates a model without training")
     need(c.mode == "grpo" or 1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
     need(c.m >= 2 or c.mode != "pods",
@@ -640,6 +642,9 @@ def _unpicklable(fn) -> str:
     return ""
 
 
+MAX_ROLLOUTS = 2**24
+"""The most rollouts a step generates (n x prompts_per_step): far past any machine's memory, and
+within the sizes that a tensor's index and Python's lists take."""
 MAX_DIGITS = 1000
 """The most digits of an arithmetic operand: a product of two has 2,000, within Python's
 4,300-digit limit on turning an integer into text."""

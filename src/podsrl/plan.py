@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from podsrl.config import Config, to_dict
+from podsrl.config import MAX_ROLLOUTS, Config, to_dict
 from podsrl.errors import PodsError, os_reason
 
 MEASURED_STEP_FRACTION = {
@@ -110,6 +110,13 @@ def check_plan(c: Config, sizes: Sizes) -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise PodsError("plan measures in one process; run it without a launcher")
     m = base_m(c)
+    if m < 2:
+        raise PodsError(f"plan's table trains m = {m} rollouts per prompt in every method, GRPO's n = m and PODS's m "
+                        "included, and podsrl train needs them >= 2: give m >= 2")
+    too_many = [n for n in (*sizes.generate, *sizes.update, *sizes.candidates) if n * c.prompts_per_step > MAX_ROLLOUTS]
+    if too_many:
+        raise PodsError(f"n = {too_many[0]} x prompts_per_step = {c.prompts_per_step} rollouts a step is more than "
+                        f"podsrl train takes ({MAX_ROLLOUTS:,})")
     if sizes.calls < 1:
         raise PodsError(f"--calls must be >= 1, got {sizes.calls}")
     if len(set(sizes.generate)) < 2 or min(sizes.generate) < 2:
