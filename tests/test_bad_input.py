@@ -979,16 +979,32 @@ def test_eval_of_a_checkpoint_takes_its_runs_seed_and_task(monkeypatch, capsys, 
     from podsrl.tasks import task_from_config
 
     model = _checkpoint_of_a_run(tmp_path, tiny_model_dir, "seed=3", "task.digits=2", "task.operations=-",
-                                 "task.test_size=5")
+                                 "task.test_size=5", "rollout.max_new_tokens=20")
     problems, err = _held_out_evaluated(monkeypatch, capsys, "eval", f"model.name_or_path={model}")
     expected = task_from_config(TaskConfig(digits=2, operations="-", test_size=5), seed=3).test
     assert problems == expected and problems != task_from_config(TaskConfig(test_size=5), seed=0).test
     notes = [l for l in err.splitlines() if l.startswith("podsrl:")]
-    assert notes == [f"podsrl: note: evaluating on the held-out set of the run in {tmp_path / 'run'}: its seed 3 and "
-                     "task arithmetic, from its config.yaml (seed= or task.* overrides choose others)"], err
+    assert notes == [f"podsrl: note: evaluating on the held-out set of the run in {tmp_path / 'run'}: its seed 3, "
+                     "task arithmetic and max_new_tokens 20, from its config.yaml (seed=, task.* or "
+                     "rollout.max_new_tokens= overrides choose others)"], err
     # what the command line gives wins: here the seed, the run's task kept
     problems, _ = _held_out_evaluated(monkeypatch, capsys, "eval", f"model.name_or_path={model}", "seed=1")
     assert problems == task_from_config(TaskConfig(digits=2, operations="-", test_size=5), seed=1).test
+
+
+def test_eval_of_a_checkpoint_keeps_the_rest_of_its_runs_task_and_length_under_a_task_override(tmp_path, tiny_model_dir):
+    """One task.* setting given replaces that setting, not the run's whole task; the run's
+    max_new_tokens holds unless given; task.name of another task takes none of the run's task."""
+    from podsrl.cli import _eval_config
+
+    model = _checkpoint_of_a_run(tmp_path, tiny_model_dir, "task.digits=2", "task.operations=-", "task.test_size=5",
+                                 "rollout.max_new_tokens=20")
+    c = _eval_config(None, [f"model.name_or_path={model}", "task.test_size=50"])
+    assert (c.task.name, c.task.digits, c.task.operations, c.task.test_size) == ("arithmetic", 2, "-", 50)
+    assert c.rollout.max_new_tokens == 20
+    assert _eval_config(None, [f"model.name_or_path={model}", "rollout.max_new_tokens=8"]).rollout.max_new_tokens == 8
+    gym = _eval_config(None, [f"model.name_or_path={model}", "task.name=gym", "task.dataset=chain_sum"])
+    assert (gym.task.name, gym.task.digits) == ("gym", 1)
 
 
 def test_eval_takes_its_own_settings():

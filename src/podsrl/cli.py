@@ -119,14 +119,15 @@ def _sizes(text: str) -> list[int]:
 
 def _eval_config(path: str | None, overrides: list[str]):
     """``podsrl eval``'s config. A model saved in a run folder (a checkpoint's ``model/``, a
-    compare run's ``final_model/``) is evaluated on that run's held-out set: the run's ``seed``
-    and its ``task.*`` settings, from its config.yaml, each unless the config file or the overrides
-    give it (any ``task.*`` key: the task); one line on stderr says so."""
+    compare run's ``final_model/``) is evaluated on that run's held-out set and at its length:
+    the run's ``seed``, its ``task.*`` settings and its ``rollout.max_new_tokens``, from its
+    config.yaml, each unless the config file or the overrides give it (``task.name`` of another
+    task, or ``task`` whole: none of the run's task); one line on stderr says so."""
     from dataclasses import fields
 
     from omegaconf import OmegaConf
 
-    from podsrl.config import TaskConfig, check_eval_overrides, load_config
+    from podsrl.config import TaskConfig, check_eval_overrides, flat_keys, load_config
     from podsrl.rundir import recorded_config, run_of_model
 
     c = load_config(path, overrides, evaluating=True)
@@ -135,19 +136,25 @@ def _eval_config(path: str | None, overrides: list[str]):
     if run is None:
         return c
     recorded = recorded_config(run)
-    given = {o.partition("=")[0].strip().split(".")[0] for o in overrides}
-    given |= set(OmegaConf.to_container(OmegaConf.load(path))) if path else set()
-    task = recorded.get("task") if isinstance(recorded.get("task"), dict) else {}
-    taken = {"seed": recorded.get("seed"), "task": {f.name: task[f.name] for f in fields(TaskConfig) if f.name in task}}
+    given = {o.partition("=")[0].strip() for o in overrides}
+    given |= set(flat_keys(OmegaConf.to_container(OmegaConf.load(path)))) if path else set()
+    mapping = lambda key: recorded.get(key) if isinstance(recorded.get(key), dict) else {}
+    task, rollout = mapping("task"), mapping("rollout")
+    other_task = "task" in given or ("task.name" in given and c.task.name != task.get("name"))
+    taken = {"seed": recorded.get("seed"),
+             "task": {} if other_task else {f.name: task[f.name] for f in fields(TaskConfig)
+                                            if f.name in task and f"task.{f.name}" not in given},
+             "rollout": {k: rollout[k] for k in ("max_new_tokens",) if k in rollout and f"rollout.{k}" not in given}}
     taken = {k: v for k, v in taken.items() if k not in given and v not in (None, {})}
     if not taken:
         return c
     c = load_config(path, overrides, defaults=taken, evaluating=True)
-    what = " and ".join(filter(None, [f"seed {c.seed}" if "seed" in taken else "",
-                                      f"task {c.task.name}" + (f" {c.task.dataset}" if c.task.dataset else "")
-                                      if "task" in taken else ""]))
+    what = [f"seed {c.seed}"] if "seed" in taken else []
+    what += [f"task {c.task.name}" + (f" {c.task.dataset}" if c.task.dataset else "")] if "task" in taken else []
+    what += [f"max_new_tokens {c.rollout.max_new_tokens}"] if "rollout" in taken else []
+    what = " and ".join([", ".join(what[:-1]), what[-1]] if len(what) > 2 else what)
     print(f"podsrl: note: evaluating on the held-out set of the run in {run}: its {what}, from its config.yaml "
-          "(seed= or task.* overrides choose others)", file=sys.stderr)
+          "(seed=, task.* or rollout.max_new_tokens= overrides choose others)", file=sys.stderr)
     return c
 
 
