@@ -220,7 +220,7 @@ def figures(curves: dict[str, stats.Runs], reference: str) -> dict[str, stats.Es
     and ``max-variance/random mean_accuracy_steps`` (``_time``, ``final_level``): the difference."""
     out = {}
     for m, runs in curves.items():
-        out |= {f"{m} {name}": e for name, e in stats.compare_runs(curves[reference], runs, Q, WINDOW)[1].items()}
+        out |= {f"{m} {name}": e for name, e in stats.compare_runs(curves[reference], runs, Q, WINDOW).items()}
     if {"pods", "pods-random"} <= set(curves):
         ref, mv, rand = curves[reference], curves["pods"], curves["pods-random"]
         for key in ("steps_to_gain", "steps_to_peak"):

@@ -164,7 +164,8 @@ def test_a_step_budget_evaluates_every_method_at_the_same_steps_against_another_
             assert [r["step"] for r in rows if "eval_accuracy" in r] == [0, 2, 3]  # every eval_every steps, and the last
             assert max(r["step"] for r in rows) == 3
     assert s["reference"] == "grpo-ga" and recorded_reference(out) == "grpo-ga"
-    assert s["methods"]["grpo-ga"]["step_ratio_vs_reference"] == 1.0
+    gains = s["reference_peak_accuracy"] > s["reference_base_accuracy"]  # against itself: 1, or n/a with no gain
+    assert s["methods"]["grpo-ga"]["step_ratio_vs_reference"] == (1.0 if gains else None)
     assert "step_ratio_vs_reference_ci95" in s["methods"]["pods"]
     assert "grpo-ga's seed-mean curve (aligned by optimizer step)" in (out / "summary.md").read_text()
     assert yaml.safe_load((out / "compare.yaml").read_text())["steps"] == 3

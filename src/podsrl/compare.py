@@ -432,9 +432,14 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def seed_curves(runs: dict, method: str, seeds: list[int]) -> list[stats.Curve]:
+    """The curve of each run of ``method`` over ``seeds`` (each read by :func:`read_evals`)."""
+    return [stats.curve(*runs[method, s]) for s in seeds]
+
+
 def run_curves(runs: dict, method: str, seeds: list[int]) -> stats.Runs:
-    """The runs of ``method`` over ``seeds`` (each read by :func:`read_evals`), on common step grids."""
-    return stats.align([stats.curve(*runs[method, s]) for s in seeds])
+    """The runs of ``method`` over ``seeds`` on common step grids."""
+    return stats.align(seed_curves(runs, method, seeds))
 
 
 def _value(x):
@@ -479,8 +484,9 @@ def summarise(out: Path, methods: list[str], seeds, reference: str = "grpo", clo
                              "intervals": "paired over seeds; percentiles by numpy's inverted_cdf"},
                "missing_runs": missing}
     if ref_seeds:
-        ref = run_curves(runs, reference, ref_seeds)
-        per_seed, own = stats.compare_runs(ref, ref, q, window, resamples=0)
+        ref, curves = run_curves(runs, reference, ref_seeds), seed_curves(runs, reference, ref_seeds)
+        own = stats.compare_runs(ref, ref, q, window, resamples=0)
+        per_seed = stats.each_seed(curves, curves, q, window)
         summary |= {"reference_base_accuracy": own["base_accuracy"].value, "reference_final_level": own["final_level"].value,
                     "reference_target_accuracy": own["target_gain"].value, "reference_steps_to_gain": own["steps_to_gain"].value,
                     "reference_time_to_gain_s": own["time_to_gain"].value,
@@ -501,7 +507,8 @@ paper's statistic under its earlier names)."""
 
 
 def _method_summary(runs: dict, m: str, reference: str, seeds: list[int], q: float, window: int) -> dict:
-    per_seed_figures, est = stats.compare_runs(run_curves(runs, reference, seeds), run_curves(runs, m, seeds), q, window)
+    est = stats.compare_runs(run_curves(runs, reference, seeds), run_curves(runs, m, seeds), q, window)
+    per_seed_figures = stats.each_seed(seed_curves(runs, reference, seeds), seed_curves(runs, m, seeds), q, window)
     per_seed = []
     for i, s in enumerate(seeds):
         evals, steps = runs[m, s]
