@@ -122,6 +122,8 @@ def chosen() -> tuple[str, str]:
         task = summary.get("chosen")
         if not task:
             raise PodsError("no benchmark task has been chosen yet (benchmarks/task_selection.py report)")
+        if task not in CONFIGS:
+            raise PodsError(f"{SELECTION}: its chosen task {task!r} is none of evidence.py's ({', '.join(CONFIGS)})")
         return task, summary["candidates"][task]["lr"]
     except (ValueError, AttributeError, KeyError, TypeError) as e:  # JSON that is not the selection's summary
         raise PodsError(f"{SELECTION}: not task_selection.py's summary ({type(e).__name__}: {e})") from None
