@@ -122,6 +122,8 @@ def chosen() -> tuple[str, str]:
         task = summary.get("chosen")
         if not task:
             raise PodsError("no benchmark task has been chosen yet (benchmarks/task_selection.py report)")
+        if task not in CONFIGS:
+            raise PodsError(f"{SELECTION}: its chosen task {task!r} is none of evidence.py's ({', '.join(CONFIGS)})")
         return task, summary["candidates"][task]["lr"]
     except (ValueError, AttributeError, KeyError, TypeError) as e:  # JSON that is not the selection's summary
         raise PodsError(f"{SELECTION}: not task_selection.py's summary ({type(e).__name__}: {e})") from None
@@ -220,7 +222,7 @@ def figures(curves: dict[str, stats.Runs], reference: str) -> dict[str, stats.Es
     and ``max-variance/random mean_accuracy_steps`` (``_time``, ``final_level``): the difference."""
     out = {}
     for m, runs in curves.items():
-        out |= {f"{m} {name}": e for name, e in stats.compare_runs(curves[reference], runs, Q, WINDOW)[1].items()}
+        out |= {f"{m} {name}": e for name, e in stats.compare_runs(curves[reference], runs, Q, WINDOW).items()}
     if {"pods", "pods-random"} <= set(curves):
         ref, mv, rand = curves[reference], curves["pods"], curves["pods-random"]
         for key in ("steps_to_gain", "steps_to_peak"):

@@ -32,7 +32,6 @@ Target: every ratio of the plan's own prediction to the measured step within 1 +
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -42,13 +41,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # podsrl from this checkout, as the podsrl commands it runs take it
+from podsrl.errors import ArgumentParser, PodsError, one_line_errors  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results"
 EVIDENCE_A, EVIDENCE_B = RESULTS / "evidence_a_arithmetic_2digit", RESULTS / "evidence_b_arithmetic_2digit"
 DEFAULT_CONFIG = EVIDENCE_A / "task.yaml"
 DEFAULT_OVERRIDES = ["lr=1e-5", "threads=1", "task.test_size=500", "prompts_per_step=4", "mode=pods", "n=32", "m=8",
                      "clock=cpu"]
 """The two comparisons' shared settings (their compare.yaml, and its --clock cpu), each method then
-changing mode and n."""
+changing mode and n; with their config (the default), the overrides given go on top of them."""
+NOT_COMPARED = ("seed", "eval_every", "eval_every_s", "task.test_size")
+"""Settings in which a run may differ from the plan it is compared with: they do not change a
+training step (the seed's problems aside)."""
 CONFIRM_A, CONFIRM_B = RESULTS / "evidence_confirm_a_arithmetic_2digit", RESULTS / "evidence_confirm_b_arithmetic_2digit"
 RUN_SETS = {
     "committed": {"grpo": EVIDENCE_A / "grpo", "pods": EVIDENCE_A / "pods", "grpo-ga": EVIDENCE_B / "grpo-ga"},
@@ -117,6 +120,24 @@ def merged(*groups: list[str]) -> list[str]:
     return list(last.values())
 
 
+def check_same_settings(config: str, overrides: list[str], folders: dict) -> None:
+    """Refuse runs whose settings differ from the plan's in what a training step does (beyond
+    :data:`NOT_COMPARED`): the plan would be measured against another run than the one it predicts."""
+    from podsrl.config import config_changes, load_config
+    from podsrl.plan import base_m
+    from podsrl.rundir import recorded_config
+
+    c = load_config(config, overrides)
+    for mode, runs in folders.items():
+        method = load_config(config, merged(overrides, method_overrides(mode, c.n, base_m(c))))
+        for run in runs:
+            changes = [line for line in config_changes(recorded_config(run) or {}, method)
+                       if line.partition(":")[0] not in NOT_COMPARED]
+            if changes:
+                raise PodsError(f"the plan's {mode} settings differ from its run in {run} ({'; '.join(changes[:3])}): "
+                                "give the runs' settings, or --train-steps to train runs at these")
+
+
 def podsrl(*args: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(REPO / "src"), os.environ.get("PYTHONPATH", "")] if p)}
     done = subprocess.run([sys.executable, "-m", "podsrl", *args], cwd=REPO, env=env)
@@ -180,11 +201,12 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+@one_line_errors("plan_validation.py")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", nargs="?", default=str(DEFAULT_CONFIG), help="config file (default: the comparisons' task.yaml)")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides (default: the comparisons' shared settings); "
-                        "mode, n and m give the settings compared")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, over the comparisons' shared settings with "
+                        "their config (the default); mode, n and m give the settings compared")
     parser.add_argument("--train-steps", type=int, help="train each method this many steps here and compare with those "
                         "runs (default: the committed two-digit runs)")
     parser.add_argument("--runs", choices=sorted(RUN_SETS), default="committed",
@@ -198,23 +220,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.config != str(DEFAULT_CONFIG) and "=" in args.config and not Path(args.config).exists():
         args.config, args.overrides = str(DEFAULT_CONFIG), [args.config, *args.overrides]
-    overrides = merged(args.overrides or DEFAULT_OVERRIDES)
+    if not Path(args.config).is_file():
+        raise PodsError(f"config file not found: {args.config}")
+    if args.train_steps is not None and args.train_steps < 2:
+        raise PodsError(f"--train-steps must be >= 2 (the first step is left out), got {args.train_steps}")
+    overrides = merged(DEFAULT_OVERRIDES if args.config == str(DEFAULT_CONFIG) else [], args.overrides)
     if ("mode=grpo" in overrides or "mode: grpo\n" in Path(args.config).read_text()) and "mode=pods" not in overrides:
         raise SystemExit("plan_validation: give the PODS settings (mode=pods n=N m=M); GRPO is compared at n = m")
     out = Path(args.out or RESULTS / ("plan_validation" if args.runs == "committed" else f"plan_validation_{args.runs}"))
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise PodsError(f"--out {out} is a file; give a folder")
 
     folders = {} if args.train_steps else {mode: finished_runs(f) for mode, f in RUN_SETS[args.runs].items()}
     if folders and not all(folders.values()):
         raise SystemExit(f"plan_validation: no finished runs of {', '.join(m for m, f in folders.items() if not f)} in "
                          f"the {args.runs} set")
+    if folders:
+        check_same_settings(args.config, overrides, folders)
+    out.mkdir(parents=True, exist_ok=True)
     signal = (["--signal-from", *map(str, folders["grpo"])] if folders and args.signal_from == "reference" else [])
     podsrl("plan", args.config, *overrides, *args.plan_args.split(), *signal, "--json", str(out / ".plan.json"))
     report = json.loads((out / ".plan.json").read_text())
     n, m = report["config"]["n"], report["m"]
     if args.train_steps:
-        if args.train_steps < 2:
-            raise SystemExit("plan_validation: --train-steps must be >= 2 (the first step is left out)")
         for mode in ("grpo", "pods", "grpo-ga"):
             run = out / "runs" / mode
             shutil.rmtree(run, ignore_errors=True)

@@ -58,3 +58,10 @@ def test_integer_rewards_are_taken_as_floats(dtype):
     std = math.sqrt((4 * 0.25) / 3)
     expected = torch.tensor([[0.5, -0.5, -0.5, 0.5]]) / (std + 1e-4)
     assert torch.allclose(group_advantages(r), expected)
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
+@pytest.mark.parametrize("scale", ["group", "none"])
+def test_empty_groups_give_empty_advantages(shape, scale):
+    adv = group_advantages(torch.zeros(shape, dtype=torch.int64), scale)
+    assert adv.shape == shape and adv.dtype == torch.float32

@@ -432,6 +432,7 @@ def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, ca
     ("m=1", "mode=pods needs m >= 2, got m=1"),
     ("task.digits=5000", "task.digits must be in 1..1000, got 5000"),
     ("n=1", "n must be >= 2, got 1"),
+    ("n=9223372036854775808", "n x prompts_per_step, the rollouts of a step, must be at most 16,777,216"),
     ("rewards=[accuracy,accuracy,format]", "rewards names 'accuracy' twice; name it once, with the sum of its weights"),
     ("task.test_size=0", "task.test_size=0 means every problem of a test file; arithmetic generates its problems"),
 ])
@@ -856,6 +857,16 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
     (["task.name=gym", "task.dataset=chain_sum", "task.digits=2"],
      "task.digits=2 applies only with task.name=arithmetic, not with task.name=gym"),
     (["task.name=math500", "task.path=data", "task.operations=*"], "task.operations=* applies only with task.name=arithmetic"),
+    (["loss_type=sapo", "epsilon_low=0.1"], "epsilon_low=0.1 applies only with a clipped loss_type (grpo, bnpo, dr_grpo, "
+                                            "dapo, luspo), not with loss_type=sapo"),
+    (["loss_type=cispo", "epsilon_low=0.1"], "epsilon_low=0.1 applies only with a clipped loss_type"),
+    (["loss_type=vespo", "epsilon_high=0.28"], "epsilon_high=0.28 applies only with a loss_type that clips or caps the "
+                                               "ratio (not sapo or vespo), not with loss_type=vespo"),
+    (["loss_type=sapo", "epsilon_high=0.28"], "epsilon_high=0.28 applies only with a loss_type that clips or caps"),
+    (["loss_type=vespo", "importance_sampling_level=sequence"],
+     "importance_sampling_level=sequence applies only with a loss_type other than vespo"),
+    (["use_bias_correction_kl=false"], "use_bias_correction_kl=false applies only with beta > 0 (it weights the KL "
+                                       "term), not with beta=0.0"),
 ])
 @pytest.mark.parametrize("command", ["config", "train"])
 def test_settings_that_cannot_apply_are_refused_naming_what_they_need(capsys, tmp_path, overrides, message, command):
@@ -875,9 +886,28 @@ def test_settings_that_cannot_apply_are_refused_naming_what_they_need(capsys, tm
      "vllm_importance_sampling_cap=2.0"],
     ["task.name=math500", "task.path=data", "task.train_path=train.jsonl"],
     ["adaptive_n=true", "adaptive_round=2", "prompt_filter=history", "prompt_filter_target=0.5"],
+    ["loss_type=cispo", "epsilon_high=4"],
+    ["loss_type=luspo", "epsilon_low=0.1", "epsilon_high=0.28", "importance_sampling_level=sequence"],
+    ["loss_type=vespo", "importance_sampling_level=sequence", "beta=0.01"],  # the KL's weight
+    ["beta=0.01", "use_bias_correction_kl=false"],
 ])
 def test_settings_that_apply_are_taken(overrides):
     load_config(None, overrides)
+
+
+@pytest.mark.parametrize("lam", ["vespo_lambda_pos=0", "vespo_lambda_neg=-1"])
+def test_a_vespo_decay_of_zero_or_less_is_refused_not_clamped(capsys, lam):
+    code, err = cli(capsys, "config", "loss_type=vespo", lam)
+    assert_one_error(code, err, "vespo_lambda_pos and _neg must be > 0")
+
+
+def test_epsilon_high_defaults_to_epsilon_low_and_cispos_cap_to_trls_recommended_5():
+    """TRL: epsilon_high defaults to epsilon; cispo's cap at 0.2 would cap the on-policy ratio 1."""
+    assert load_config(None, ["epsilon_low=0.1"]).epsilon_high == 0.1
+    assert load_config(None, []).epsilon_high == 0.2
+    cispo = load_config(None, ["loss_type=cispo"])
+    assert cispo.epsilon_high == 5.0 and load_config(None, ["loss_type=cispo", "epsilon_high=3"]).epsilon_high == 3
+    assert "epsilon_high: 5.0" in to_yaml(cispo)  # recorded as the value it stands for
 
 
 def test_compare_checks_a_methods_settings_against_the_shared_ones():
@@ -949,16 +979,32 @@ def test_eval_of_a_checkpoint_takes_its_runs_seed_and_task(monkeypatch, capsys, 
     from podsrl.tasks import task_from_config
 
     model = _checkpoint_of_a_run(tmp_path, tiny_model_dir, "seed=3", "task.digits=2", "task.operations=-",
-                                 "task.test_size=5")
+                                 "task.test_size=5", "rollout.max_new_tokens=20")
     problems, err = _held_out_evaluated(monkeypatch, capsys, "eval", f"model.name_or_path={model}")
     expected = task_from_config(TaskConfig(digits=2, operations="-", test_size=5), seed=3).test
     assert problems == expected and problems != task_from_config(TaskConfig(test_size=5), seed=0).test
     notes = [l for l in err.splitlines() if l.startswith("podsrl:")]
-    assert notes == [f"podsrl: note: evaluating on the held-out set of the run in {tmp_path / 'run'}: its seed 3 and "
-                     "task arithmetic, from its config.yaml (seed= or task.* overrides choose others)"], err
+    assert notes == [f"podsrl: note: evaluating on the held-out set of the run in {tmp_path / 'run'}: its seed 3, "
+                     "task arithmetic and max_new_tokens 20, from its config.yaml (seed=, task.* or "
+                     "rollout.max_new_tokens= overrides choose others)"], err
     # what the command line gives wins: here the seed, the run's task kept
     problems, _ = _held_out_evaluated(monkeypatch, capsys, "eval", f"model.name_or_path={model}", "seed=1")
     assert problems == task_from_config(TaskConfig(digits=2, operations="-", test_size=5), seed=1).test
+
+
+def test_eval_of_a_checkpoint_keeps_the_rest_of_its_runs_task_and_length_under_a_task_override(tmp_path, tiny_model_dir):
+    """One task.* setting given replaces that setting, not the run's whole task; the run's
+    max_new_tokens holds unless given; task.name of another task takes none of the run's task."""
+    from podsrl.cli import _eval_config
+
+    model = _checkpoint_of_a_run(tmp_path, tiny_model_dir, "task.digits=2", "task.operations=-", "task.test_size=5",
+                                 "rollout.max_new_tokens=20")
+    c = _eval_config(None, [f"model.name_or_path={model}", "task.test_size=50"])
+    assert (c.task.name, c.task.digits, c.task.operations, c.task.test_size) == ("arithmetic", 2, "-", 50)
+    assert c.rollout.max_new_tokens == 20
+    assert _eval_config(None, [f"model.name_or_path={model}", "rollout.max_new_tokens=8"]).rollout.max_new_tokens == 8
+    gym = _eval_config(None, [f"model.name_or_path={model}", "task.name=gym", "task.dataset=chain_sum"])
+    assert (gym.task.name, gym.task.digits) == ("gym", 1)
 
 
 def test_eval_takes_its_own_settings():
@@ -1065,6 +1111,14 @@ def parent_of(pid: int) -> int | None:
     (["m=1"], "mode=pods needs m >= 2, got m=1"),
     (["rule=random", "mode=grpo"], "rule=random applies only with mode=pods"),
     (["--json", "{tmp}/missing/plan.json"], "--json {tmp}/missing/plan.json: the folder {tmp}/missing does not exist"),
+    (["--json", "{tmp}"], "--json {tmp} is a folder; give the file to write"),
+    (["mode=grpo-ga", "m=1"], "plan's table trains m = 1 rollouts per prompt in every method, GRPO's n = m and PODS's m "
+                              "included, and podsrl train needs them >= 2: give m >= 2"),
+    (["mode=grpo-ga", "m=1", "--generate", "2,4", "--update", "2,4"], "plan's table trains m = 1 rollouts"),
+    (["n=9223372036854775808"], "n x prompts_per_step, the rollouts of a step, must be at most 16,777,216, got "
+                                "9223372036854775808 x 4"),
+    (["--candidates", "9223372036854775808"], "n = 9223372036854775808 x prompts_per_step = 4 rollouts a step is more "
+                                              "than podsrl train takes (16,777,216)"),
 ])
 def test_plan_refuses_in_one_line_before_loading_a_model(capsys, tmp_path, monkeypatch, args, message):
     def no_model(*_a, **_k):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import REPO, last_wins
-from podsrl.compare import finished_at, parse_methods, summarise, write_reports
+from podsrl.compare import finished_at, markdown_table, parse_methods, summarise, write_reports
 from podsrl.config import load_config
 from podsrl.errors import PodsError
 
@@ -96,6 +96,8 @@ def test_summary_hand_computed(tmp_path):
     assert "| score s/step |" in table and "| 10.0 | 1.5 | 0.15 | 4.0 | 120 |" in table
     assert (tmp_path / "accuracy_vs_time.png").stat().st_size > 1000
     assert json.loads((tmp_path / "summary.json").read_text())["methods"]["pods"]["speedup_vs_reference"] == pytest.approx(0.75)
+    strict = json.loads((tmp_path / "summary.json").read_text(), parse_constant=lambda token: pytest.fail(token))
+    assert strict["methods"]["grpo-ga"]["step_ratio_to_gain_ci95"] == [None, None]  # never: inf, written null
 
 
 def test_sampler_statistics_per_step_and_the_zero_advantage_share():
@@ -162,7 +164,8 @@ def test_a_step_budget_evaluates_every_method_at_the_same_steps_against_another_
             assert [r["step"] for r in rows if "eval_accuracy" in r] == [0, 2, 3]  # every eval_every steps, and the last
             assert max(r["step"] for r in rows) == 3
     assert s["reference"] == "grpo-ga" and recorded_reference(out) == "grpo-ga"
-    assert s["methods"]["grpo-ga"]["step_ratio_vs_reference"] == 1.0
+    gains = s["reference_peak_accuracy"] > s["reference_base_accuracy"]  # against itself: 1, or n/a with no gain
+    assert s["methods"]["grpo-ga"]["step_ratio_vs_reference"] == (1.0 if gains else None)
     assert "step_ratio_vs_reference_ci95" in s["methods"]["pods"]
     assert "grpo-ga's seed-mean curve (aligned by optimizer step)" in (out / "summary.md").read_text()
     assert yaml.safe_load((out / "compare.yaml").read_text())["steps"] == 3
@@ -346,15 +349,18 @@ def test_a_custom_method_after_builtins_in_one_spec():
                        "p2": ["mode=pods", "rule=percentile"]}
 
 
-def test_a_peak_at_the_first_evaluation_is_reached_at_time_zero(tmp_path):
-    # GRPO never improves on its base model: its peak is at 0 s, and so is every method's
+def test_a_peak_at_the_first_evaluation_is_reached_at_time_zero_and_times_nothing(tmp_path):
+    # GRPO never improves on its base model: its peak is at 0 s, and so is every method's; a
+    # target it never gained times nothing: the speed-ups are n/a, not 1.00 [1.00-1.00]
     write_run(tmp_path / "grpo" / "seed-0", [(0, 0.5), (10, 0.4)])
     write_run(tmp_path / "pods" / "seed-0", [(0, 0.5), (10, 0.45)])
     s = summarise(tmp_path, ["grpo", "pods"], 1)
     assert s["reference_time_to_peak_s"] == 0
     for m in ("grpo", "pods"):
-        assert s["methods"][m]["time_to_reference_peak_s"] == 0 and s["methods"][m]["speedup_vs_reference"] == 1.0
-        assert s["methods"][m]["per_seed"][0]["speedup_vs_reference"] == 1.0 and s["methods"][m]["seeds_reaching_reference_peak"] == 1
+        assert s["methods"][m]["time_to_reference_peak_s"] == 0 and s["methods"][m]["speedup_vs_reference"] is None
+        assert s["methods"][m]["per_seed"][0]["speedup_vs_reference"] is None
+        assert s["methods"][m]["seeds_reaching_reference_peak"] == 1
+    assert "| pods | 1 | 0.0 | n/a | 0 | n/a |" in markdown_table(s)
 
 
 # --------------------------------------------------------------------------- plot and the CLI
@@ -511,3 +517,27 @@ def test_a_run_failing_in_its_process_stops_the_queue_and_says_why(tiny_model_di
     assert not (tmp_path / "cmp" / "grpo" / "seed-2").exists()  # queued behind the failures: never started
     with pytest.raises(PodsError, match="--jobs must be >= 1"):
         run_all(None, args, ["grpo"], 1, None, tmp_path / "x", None, steps=2, eval_every=1, jobs=0)
+
+
+def test_a_rerun_with_other_seeds_summarises_every_seed_held_and_records_the_seeds_run(tiny_model_dir, tmp_path):
+    """As plot does: the summary of a rerun with --seeds 1 --first-seed 2 covers seed 0 of the first
+    call too (seed 1, never run, is missing); compare.yaml lists the seeds run, 0 and 2."""
+    from podsrl.compare import compared_methods, run_all
+
+    args = [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
+            "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]", "threads=1"]
+    out = tmp_path / "cmp"
+    run_all(None, args, ["grpo"], 1, None, out, None, steps=1, eval_every=1)
+    s = run_all(None, args, ["grpo"], 1, None, out, None, steps=1, eval_every=1, first_seed=2)
+    assert s["seeds"] == [0, 1, 2] and s["missing_runs"] == ["grpo seed 1"]
+    assert [p["seed"] for p in s["methods"]["grpo"]["per_seed"]] == [0, 2]
+    assert yaml.safe_load((out / "compare.yaml").read_text())["seeds"] == [0, 2]
+    assert compared_methods(out) == (["grpo"], [0, 1, 2])
+
+
+def test_a_record_written_before_lists_its_seeds_as_a_count_from_first_seed(tmp_path):
+    from podsrl.compare import compared_methods
+
+    write_run(tmp_path / "grpo" / "seed-9", [(0, 0.2), (10, 0.5)])
+    (tmp_path / "compare.yaml").write_text("methods: {grpo: []}\nseeds: 2\nfirst_seed: 8\n")
+    assert compared_methods(tmp_path) == (["grpo"], [8, 9])

@@ -273,6 +273,13 @@ def test_nothing_chosen_yet_is_one_line(evidence, tmp_path, monkeypatch, capsys)
     one_line(evidence.main(["a"]), capsys.readouterr().err, "no benchmark task has been chosen yet")
 
 
+def test_a_chosen_task_evidence_does_not_know_is_one_line(evidence, tmp_path, monkeypatch, capsys):
+    (tmp_path / "summary.json").write_text(json.dumps({"chosen": "sudoku", "candidates": {"sudoku": {"lr": 1e-5}}}))
+    monkeypatch.setattr(evidence, "SELECTION", tmp_path / "summary.json")
+    one_line(evidence.main(["a"]), capsys.readouterr().err, "its chosen task 'sudoku' is none of evidence.py's "
+                                                             "(arithmetic_2digit, letter_counting, chain_sum)")
+
+
 @pytest.fixture
 def selection(monkeypatch, tmp_path):
     """benchmarks/task_selection.py with one candidate and one rate, its folders under tmp_path."""

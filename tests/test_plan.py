@@ -3,6 +3,7 @@ against its closed form, and the command end to end (table, JSON, break-even) wi
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -226,14 +227,15 @@ def test_trained_over_runs_against_the_closed_form(mode, n, m):
     assert got == pytest.approx(want, rel=0.02)
 
 
-def write_run(folder, steps, n=8, prompts=2, mode="grpo", rule="max_variance"):
+def write_run(folder, steps, n=8, prompts=2, mode="grpo", rule="max_variance", **settings):
     """A finished run's folder: config.yaml and metrics.jsonl with each step's (mean, mixed
     groups) and the reward std that 0/1 values of that mean have."""
     import yaml
 
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text(yaml.safe_dump({"mode": mode, "n": n, "m": n if mode == "grpo" else 4,
-                                                         "rule": rule, "prompts_per_step": prompts, "steps": len(steps)}))
+                                                         "rule": rule, "prompts_per_step": prompts, "steps": len(steps),
+                                                         **settings}))
     rows = [{"step": 0, "eval_accuracy": 0.1}]
     for i, (mean, mixed) in enumerate(steps, 1):
         N = prompts * n
@@ -266,10 +268,45 @@ def test_read_signal_takes_each_step_and_refuses_what_the_model_does_not_fit(tmp
         plan.read_signal([odd])
 
 
+@pytest.mark.parametrize("field,value,message", [
+    ("generated_reward_mean", "NaN", "step 1 logged generated_reward_mean nan"),
+    ("generated_reward_std", "Infinity", "generated_reward_std inf"),
+    ("frac_zero_std_groups", "NaN", "frac_zero_std_groups nan (a share, 0 to 1)"),
+    ("frac_zero_std_groups", "1.5", "frac_zero_std_groups 1.5 (a share, 0 to 1)"),
+    ("frac_zero_std_groups", "-0.5", "frac_zero_std_groups -0.5"),
+    ("rollouts_generated", "Infinity", "not a podsrl run's config.yaml and metrics.jsonl (OverflowError"),
+])
+def test_read_signal_refuses_numbers_out_of_range_in_one_line(tmp_path, field, value, message):
+    run = write_run(tmp_path / "run", [(0.5, 1)])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[1][field] = "VALUE"
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r).replace('"VALUE"', value) + "\n" for r in rows))
+    with pytest.raises(plan.PodsError, match=re.escape(message)):
+        plan.read_signal([run])
+
+
+@pytest.mark.parametrize("text", ["", "[1, 2]\n"])
+def test_read_signal_says_a_config_without_settings_is_one(tmp_path, text):
+    run = write_run(tmp_path / "run", [(0.5, 1)])
+    (run / "config.yaml").write_text(text)
+    with pytest.raises(plan.PodsError, match="its config.yaml holds no settings"):
+        plan.read_signal([run])
+
+
+def test_read_signal_refuses_runs_of_another_task_or_reward(tmp_path):
+    run = write_run(tmp_path / "run", [(0.5, 1)])
+    assert plan.read_signal([run], load_config(None, ["n=8", "prompts_per_step=2"])).n == 8  # defaults: the same task
+    with pytest.raises(plan.PodsError, match=re.escape("a run of another task or reward (task.digits: 1, here 3)")):
+        plan.read_signal([run], load_config(None, ["task.digits=3"]))
+    with pytest.raises(plan.PodsError, match=re.escape("(rewards: ['accuracy'], here ['accuracy', 'format'])")):
+        plan.read_signal([run], load_config(None, ["rewards=[accuracy,format]", "reward_weights=[1,1]"]))
+
+
 def test_signal_from_sets_the_trained_rollouts_end_to_end(capsys, tmp_path, tiny_overrides):
     """The plan's rows train what the earlier runs' signal gives (recomputed here with the same
     seed); bad input is one line and exit 2."""
-    earlier = write_run(tmp_path / "earlier", [(0.25, 1), (0.5, 2), (0.75, 1)], n=4, prompts=2)
+    earlier = write_run(tmp_path / "earlier", [(0.25, 1), (0.5, 2), (0.75, 1)], n=4, prompts=2,
+                        rewards=["rewards_for_tests:varied"])
     out = tmp_path / "plan.json"
     code, io = run_plan(capsys, tiny_overrides + ["threads=1"], "--generate", "2,4", "--calls", "1", "--update", "2,4",
                         "--candidates", "4", "--signal-from", str(earlier), "--json", str(out))
@@ -286,7 +323,9 @@ def test_signal_from_sets_the_trained_rollouts_end_to_end(capsys, tmp_path, tiny
     for flags, message in (
         (["--signal-from", str(tmp_path / "nowhere")], "not a run's folder"),
         (["--signal-from", str(earlier), "--signal", "all"], "give one of them"),
-        (["--signal-from", str(write_run(tmp_path / "p3", [(0.5, 1)], prompts=3))], "took 3 prompts a step"),
+        (["--signal-from", str(write_run(tmp_path / "p3", [(0.5, 1)], prompts=3, rewards=["rewards_for_tests:varied"]))],
+         "took 3 prompts a step"),
+        (["--signal-from", str(write_run(tmp_path / "acc", [(0.5, 1)], n=4))], "a run of another task or reward"),
     ):
         code, io = run_plan(capsys, tiny_overrides, *flags)
         assert code == 2 and io.err.count("\n") == 1 and message in io.err, io.err

@@ -10,14 +10,19 @@ import pytest
 from podsrl import stats
 
 
-def runs(*seeds, seconds_per_step=10.0):
+def curves(*seeds, seconds_per_step=10.0) -> list:
     """A method's seeds, each ``[(step, accuracy), ...]``, on a clock of ``seconds_per_step``."""
-    curves = []
+    out = []
     for points in seeds:
         steps = [s for s, _ in points]
         clock = np.arange(0, steps[-1] + 1, dtype=float)
-        curves.append(stats.Curve(np.array(steps, float), np.array([a for _, a in points]), clock, clock * seconds_per_step))
-    return stats.align(curves)
+        out.append(stats.Curve(np.array(steps, float), np.array([a for _, a in points]), clock, clock * seconds_per_step))
+    return out
+
+
+def runs(*seeds, seconds_per_step=10.0):
+    """:func:`curves` on common step grids."""
+    return stats.align(curves(*seeds, seconds_per_step=seconds_per_step))
 
 
 def test_reach_is_linear_between_evaluations():
@@ -75,9 +80,11 @@ def test_paired_bootstrap_on_two_seeds_by_hand():
     # step 10 + 10 * 0.16 / 0.2 = 18). Method, seed 0: 0.0, 0.4, ... reaches 0.36 at step 9 (ratio
     # 0.5); seed 1: 0.0, 0.1, 0.2, 0.3, 0.3 never. A resample draws seed 0 twice (1 in 4): ratio 0.5;
     # otherwise its mean reaches at most 0.35 (both seeds, from step 30 on) or 0.3: never, ∞.
-    ref = runs(*[[(0, 0.0), (10, 0.2), (20, 0.4), (30, 0.4), (40, 0.4)]] * 2)
-    method = runs([(0, 0.0), (10, 0.4), (20, 0.4), (30, 0.4), (40, 0.4)], [(0, 0.0), (10, 0.1), (20, 0.2), (30, 0.3), (40, 0.3)])
-    per_seed, est = stats.compare_runs(ref, method)
+    ref_seeds = [[(0, 0.0), (10, 0.2), (20, 0.4), (30, 0.4), (40, 0.4)]] * 2
+    method_seeds = [(0, 0.0), (10, 0.4), (20, 0.4), (30, 0.4), (40, 0.4)], [(0, 0.0), (10, 0.1), (20, 0.2), (30, 0.3), (40, 0.3)]
+    ref, method = runs(*ref_seeds), runs(*method_seeds)
+    est = stats.compare_runs(ref, method)
+    per_seed = stats.each_seed(curves(*ref_seeds), curves(*method_seeds))
     assert per_seed["step_ratio_to_gain"] == pytest.approx([0.5, math.inf])
     # the seed mean 0.0, 0.25, 0.3, 0.35, 0.35 never reaches 0.36
     assert math.isnan(est["steps_to_gain"].value) and est["step_ratio_to_gain"].value == math.inf
@@ -90,6 +97,25 @@ def test_paired_bootstrap_on_two_seeds_by_hand():
     w = stats.bootstrap_weights(2, 2000)
     assert w.sum(1) == pytest.approx(np.ones(2000)) and set(np.unique(w)) <= {0.0, 0.5, 1.0}
     assert never == int((w[:, 0] < 1).sum())
+
+
+def test_each_seed_is_read_on_its_own_whole_curves_not_cut_to_the_shortest_seed():
+    # seed 1 stopped at step 10; seed 0 reaches the reference's peak 0.6 at step 30 and its gain
+    # target (0.9 of 0.0 -> 0.6, its last three 0.6) 0.54 at 20 + 10 * 0.14 / 0.2 = 27
+    ref_seeds = [[(0, 0.0), (10, 0.2), (20, 0.4), (30, 0.6), (40, 0.6), (50, 0.6)]] * 2
+    method_seeds = [(0, 0.0), (10, 0.2), (20, 0.4), (30, 0.6)], [(0, 0.0), (10, 0.1)]
+    per_seed = stats.each_seed(curves(*ref_seeds), curves(*method_seeds))
+    assert per_seed["steps_to_peak"][0] == pytest.approx(30) and per_seed["target_peak"] == pytest.approx([0.6, 0.6])
+    assert per_seed["steps_to_gain"][0] == pytest.approx(27) and math.isnan(per_seed["steps_to_gain"][1])
+    assert per_seed["final_level"][0] == pytest.approx((0.2 + 0.4 + 0.6) / 3)
+
+
+def test_a_reference_that_gains_nothing_gives_no_ratio():
+    flat = [[(0, 0.3), (10, 0.2), (20, 0.3), (30, 0.25)]] * 2
+    est = stats.compare_runs(runs(*flat), runs([(0, 0.3), (10, 0.5), (20, 0.5), (30, 0.5)], [(0, 0.3), (10, 0.4),
+                                                                                          (20, 0.4), (30, 0.4)]))
+    for name in ("step_ratio_to_gain", "speedup_to_gain", "step_ratio_to_peak", "speedup_to_peak"):
+        assert math.isnan(est[name].value) and est[name].low is None, name
 
 
 def test_percentile_interval_is_exact():
@@ -132,7 +158,7 @@ def coverage(slower=1.0, replicates=200, resamples=500):
     points = {"gain": [], "peak": []}
     for _ in range(replicates):
         reference, method = simulate(rng, slower=slower)
-        _, est = stats.compare_runs(reference, method, resamples=resamples)
+        est = stats.compare_runs(reference, method, resamples=resamples)
         for name in covered:
             covered[name] += est[name].low <= (0.0 if name.endswith("_diff") else 1.0) <= est[name].high
         for target in points:

@@ -30,7 +30,7 @@ def group_advantages(rewards: Tensor, scale: Scale = "group", eps: float = 1e-4)
 
     Returns:
         advantages, same shape as ``rewards``, and its dtype where that is a float one (integer or
-        bool rewards give float32 advantages).
+        bool rewards give float32 advantages); empty where it is (no groups, or groups of none).
 
     Raises:
         ValueError: on an unknown ``scale``, or rewards that are NaN or infinite (as ``select``).
@@ -42,6 +42,8 @@ def group_advantages(rewards: Tensor, scale: Scale = "group", eps: float = 1e-4)
         rewards = rewards.float()
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN or inf")
+    if rewards.numel() == 0:
+        return rewards.clone()
     r = rewards.unsqueeze(0) if rewards.dim() == 1 else rewards  # [B, m]
     constant = (r.amax(-1, keepdim=True) == r.amin(-1, keepdim=True))  # [B, 1]
     centred = r - r.mean(-1, keepdim=True)  # [B, m]

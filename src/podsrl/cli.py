@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import signal
@@ -18,7 +17,8 @@ import sys
 import threading
 import time
 
-from podsrl.errors import EXIT_INTERRUPTED, ArgumentParser, PodsError, Terminated, one_line_errors
+from podsrl.errors import EXIT_INTERRUPTED, ArgumentParser, PodsError, Terminated, one_line_errors, raise_terminated
+from podsrl.quiet import quiet_logging
 
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 OTHER_PROCESS_WAIT_S = 5.0
@@ -94,6 +94,8 @@ def cmd_plan(args) -> int:
     json_path = Path(args.json) if args.json else None
     if json_path is not None and not json_path.parent.is_dir():
         raise PodsError(f"--json {args.json}: the folder {json_path.parent} does not exist")
+    if json_path is not None and json_path.is_dir():
+        raise PodsError(f"--json {args.json} is a folder; give the file to write")
     given = default_sizes(c)
     sizes = Sizes(generate=args.generate or given.generate, calls=given.calls if args.calls is None else args.calls,
                   update=args.update or given.update, candidates=args.candidates or given.candidates)
@@ -117,14 +119,15 @@ def _sizes(text: str) -> list[int]:
 
 def _eval_config(path: str | None, overrides: list[str]):
     """``podsrl eval``'s config. A model saved in a run folder (a checkpoint's ``model/``, a
-    compare run's ``final_model/``) is evaluated on that run's held-out set: the run's ``seed``
-    and its ``task.*`` settings, from its config.yaml, each unless the config file or the overrides
-    give it (any ``task.*`` key: the task); one line on stderr says so."""
+    compare run's ``final_model/``) is evaluated on that run's held-out set and at its length:
+    the run's ``seed``, its ``task.*`` settings and its ``rollout.max_new_tokens``, from its
+    config.yaml, each unless the config file or the overrides give it (``task.name`` of another
+    task, or ``task`` whole: none of the run's task); one line on stderr says so."""
     from dataclasses import fields
 
     from omegaconf import OmegaConf
 
-    from podsrl.config import TaskConfig, check_eval_overrides, load_config
+    from podsrl.config import TaskConfig, check_eval_overrides, flat_keys, load_config
     from podsrl.rundir import recorded_config, run_of_model
 
     c = load_config(path, overrides, evaluating=True)
@@ -133,19 +136,25 @@ def _eval_config(path: str | None, overrides: list[str]):
     if run is None:
         return c
     recorded = recorded_config(run)
-    given = {o.partition("=")[0].strip().split(".")[0] for o in overrides}
-    given |= set(OmegaConf.to_container(OmegaConf.load(path))) if path else set()
-    task = recorded.get("task") if isinstance(recorded.get("task"), dict) else {}
-    taken = {"seed": recorded.get("seed"), "task": {f.name: task[f.name] for f in fields(TaskConfig) if f.name in task}}
+    given = {o.partition("=")[0].strip() for o in overrides}
+    given |= set(flat_keys(OmegaConf.to_container(OmegaConf.load(path)))) if path else set()
+    mapping = lambda key: recorded.get(key) if isinstance(recorded.get(key), dict) else {}
+    task, rollout = mapping("task"), mapping("rollout")
+    other_task = "task" in given or ("task.name" in given and c.task.name != task.get("name"))
+    taken = {"seed": recorded.get("seed"),
+             "task": {} if other_task else {f.name: task[f.name] for f in fields(TaskConfig)
+                                            if f.name in task and f"task.{f.name}" not in given},
+             "rollout": {k: rollout[k] for k in ("max_new_tokens",) if k in rollout and f"rollout.{k}" not in given}}
     taken = {k: v for k, v in taken.items() if k not in given and v not in (None, {})}
     if not taken:
         return c
     c = load_config(path, overrides, defaults=taken, evaluating=True)
-    what = " and ".join(filter(None, [f"seed {c.seed}" if "seed" in taken else "",
-                                      f"task {c.task.name}" + (f" {c.task.dataset}" if c.task.dataset else "")
-                                      if "task" in taken else ""]))
+    what = [f"seed {c.seed}"] if "seed" in taken else []
+    what += [f"task {c.task.name}" + (f" {c.task.dataset}" if c.task.dataset else "")] if "task" in taken else []
+    what += [f"max_new_tokens {c.rollout.max_new_tokens}"] if "rollout" in taken else []
+    what = " and ".join([", ".join(what[:-1]), what[-1]] if len(what) > 2 else what)
     print(f"podsrl: note: evaluating on the held-out set of the run in {run}: its {what}, from its config.yaml "
-          "(seed= or task.* overrides choose others)", file=sys.stderr)
+          "(seed=, task.* or rollout.max_new_tokens= overrides choose others)", file=sys.stderr)
     return c
 
 
@@ -326,9 +335,9 @@ def _say(line: str, code: int) -> int:
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    previous = signal.signal(signal.SIGTERM, raise_terminated) if main_thread else None
     try:
-        _quiet_logging()
+        quiet_logging()
         return args.fn(args)
     except KeyboardInterrupt as e:  # the trainer has already left its folder as a rerun expects it
         terminated = isinstance(e, Terminated)
@@ -341,10 +350,6 @@ def _run(argv: list[str]) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
-
-
-def _terminate(signum, frame):
-    raise Terminated()
 
 
 def _main_process() -> bool:
@@ -362,19 +367,6 @@ def _last_line(line: str, code: int) -> int:
             return code
     print(line, file=sys.stderr)
     return code
-
-
-def _quiet_logging() -> None:
-    from podsrl.quiet import quiet_known_warnings
-
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    quiet_known_warnings()
-    for noisy in ("transformers", "accelerate", "httpx", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
 
 
 if __name__ == "__main__":

@@ -134,7 +134,9 @@ def run_all(config_path: str | None, overrides: list[str], method_specs: list[st
         _record(out, config_path, overrides, methods, seeds, budget_minutes, eval_every_s, steps, eval_every,
                 reference, clock, first_seed)
         _train_plan(out, plan, configs, done, budget, keep, jobs)
-        summary = summarise(out, list(_recorded_methods(out) or methods), seed_list, reference, clock)
+        # every seed the folder holds, as plot summarises it, not only this call's
+        seeds_held = sorted(set(seed_list) | set(compared_methods(out)[1]))
+        summary = summarise(out, list(_recorded_methods(out) or methods), seeds_held, reference, clock)
         write_reports(out, summary)
     return summary
 
@@ -294,11 +296,12 @@ def _outcome(process, receive, run_dir: Path) -> BaseException | None:
 def _run_in_child(send, line: str, c, run_dir: Path, keep: str) -> None:
     import signal
 
-    from podsrl.cli import _quiet_logging, _terminate
+    from podsrl.errors import raise_terminated
+    from podsrl.quiet import quiet_logging
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent takes Ctrl-C and ends this run with SIGTERM
-    signal.signal(signal.SIGTERM, _terminate)
-    _quiet_logging()
+    signal.signal(signal.SIGTERM, raise_terminated)
+    quiet_logging()
     try:
         _train_and_prune(line, c, run_dir, keep)
     except (PodsError, KeyboardInterrupt) as e:
@@ -340,14 +343,15 @@ def prune(run_dir: Path, keep: str) -> None:
 def _record(out: Path, config_path, overrides, methods: dict, seeds: int, budget_minutes: float | None,
             eval_every_s: float | None, steps: int | None = None, eval_every: int | None = None,
             reference: str = "grpo", clock: str = "wall", first_seed: int = 0) -> None:
-    """Write (or extend) the comparison's record: methods keep their first definition's order."""
+    """Write (or extend) the comparison's record: methods keep their first definition's order; the
+    seeds are those of every invocation, listed."""
     import yaml
 
     out.mkdir(parents=True, exist_ok=True)
     recorded = _read_record(out)
     record = {"config": config_path, "overrides": list(overrides),
               "methods": {**recorded.get("methods", {}), **methods},
-              "seeds": max(seeds, recorded.get("seeds", 0)), **({"first_seed": first_seed} if first_seed else {}),
+              "seeds": sorted(set(_recorded_seeds(recorded)) | set(range(first_seed, first_seed + seeds))),
               "reference": reference, "clock": clock,
               **({"steps": steps, "eval_every": eval_every} if steps is not None else
                  {"budget_minutes": budget_minutes, "eval_every_s": eval_every_s})}
@@ -362,6 +366,15 @@ def _read_record(out: Path) -> dict:
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise PodsError(f"cannot read {out / RECORD}: {first_line(e)}") from None
     return loaded if isinstance(loaded, dict) else {}
+
+
+def _recorded_seeds(record: dict) -> list[int]:
+    """The seeds a record lists; a record written before lists them as a count from ``first_seed``."""
+    seeds, first = record.get("seeds", []), record.get("first_seed", 0)
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        first = first if isinstance(first, int) else 0
+        return list(range(first, first + seeds))
+    return [s for s in seeds if isinstance(s, int)] if isinstance(seeds, list) else []
 
 
 def _recorded_methods(out: Path) -> list[str]:
@@ -395,8 +408,7 @@ def compared_methods(out: Path) -> tuple[list[str], list[int]]:
     order.sort(key=lambda m: m != recorded_reference(out))  # stable: the reference first, the rest as they were
     if not seeds:
         return order, []
-    recorded_first = _read_record(out).get("first_seed", 0)
-    first = min(recorded_first if isinstance(recorded_first, int) else 0, min(min(s) for s in seeds.values()))
+    first = min(min(_recorded_seeds(_read_record(out)) or [0]), min(min(s) for s in seeds.values()))
     return order, list(range(first, max(max(s) for s in seeds.values()) + 1))
 
 
@@ -431,9 +443,14 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def seed_curves(runs: dict, method: str, seeds: list[int]) -> list[stats.Curve]:
+    """The curve of each run of ``method`` over ``seeds`` (each read by :func:`read_evals`)."""
+    return [stats.curve(*runs[method, s]) for s in seeds]
+
+
 def run_curves(runs: dict, method: str, seeds: list[int]) -> stats.Runs:
-    """The runs of ``method`` over ``seeds`` (each read by :func:`read_evals`), on common step grids."""
-    return stats.align([stats.curve(*runs[method, s]) for s in seeds])
+    """The runs of ``method`` over ``seeds`` on common step grids."""
+    return stats.align(seed_curves(runs, method, seeds))
 
 
 def _value(x):
@@ -478,8 +495,9 @@ def summarise(out: Path, methods: list[str], seeds, reference: str = "grpo", clo
                              "intervals": "paired over seeds; percentiles by numpy's inverted_cdf"},
                "missing_runs": missing}
     if ref_seeds:
-        ref = run_curves(runs, reference, ref_seeds)
-        per_seed, own = stats.compare_runs(ref, ref, q, window, resamples=0)
+        ref, curves = run_curves(runs, reference, ref_seeds), seed_curves(runs, reference, ref_seeds)
+        own = stats.compare_runs(ref, ref, q, window, resamples=0)
+        per_seed = stats.each_seed(curves, curves, q, window)
         summary |= {"reference_base_accuracy": own["base_accuracy"].value, "reference_final_level": own["final_level"].value,
                     "reference_target_accuracy": own["target_gain"].value, "reference_steps_to_gain": own["steps_to_gain"].value,
                     "reference_time_to_gain_s": own["time_to_gain"].value,
@@ -500,7 +518,8 @@ paper's statistic under its earlier names)."""
 
 
 def _method_summary(runs: dict, m: str, reference: str, seeds: list[int], q: float, window: int) -> dict:
-    per_seed_figures, est = stats.compare_runs(run_curves(runs, reference, seeds), run_curves(runs, m, seeds), q, window)
+    est = stats.compare_runs(run_curves(runs, reference, seeds), run_curves(runs, m, seeds), q, window)
+    per_seed_figures = stats.each_seed(seed_curves(runs, reference, seeds), seed_curves(runs, m, seeds), q, window)
     per_seed = []
     for i, s in enumerate(seeds):
         evals, steps = runs[m, s]
@@ -547,8 +566,9 @@ def _method_summary(runs: dict, m: str, reference: str, seeds: list[int], q: flo
         "rollouts_per_step": stats.mean_of([p["rollouts_per_step"] for p in per_seed]),
         **{k: stats.mean_of([p[k] for p in per_seed]) for k in SAMPLER_STATISTICS},
         "seeds_reaching_gain": sum(p["steps_to_gain"] is not None for p in per_seed),
-        "seeds_reaching_reference_peak": len(speedups),
-        "fraction_of_seeds_reaching_reference_peak": len(speedups) / len(per_seed),
+        "seeds_reaching_reference_peak": sum(p["steps_to_reference_peak"] is not None for p in per_seed),
+        "fraction_of_seeds_reaching_reference_peak": sum(p["steps_to_reference_peak"] is not None
+                                                         for p in per_seed) / len(per_seed),
         "generation_s_per_step": stats.mean_of([p["generation_s_per_step"] for p in per_seed]),
         "scoring_s_per_step": stats.mean_of([p["scoring_s_per_step"] for p in per_seed]),
         "step_s": stats.mean_of([p["step_s"] for p in per_seed]),
@@ -591,9 +611,23 @@ def sampler_statistics(steps: list[dict]) -> dict:
 def write_reports(out: Path, summary: dict) -> None:
     """summary.json, summary.md and the plots, each replaced whole (a write cut short leaves the
     previous one)."""
-    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(out / "summary.json", summary_json(summary))
     write_atomic(out / "summary.md", markdown_table(summary))
     plot(out, summary)
+
+
+def summary_json(summary: dict) -> str:
+    """``summary`` as strict JSON: a value that is no finite number (a ratio's unbounded confidence
+    limit, ``inf``) is ``null``, as in JSON's own writers; summaries written before hold the bare
+    token ``Infinity``, which Python's ``json.loads`` still reads."""
+    def strict(v):
+        if isinstance(v, dict):
+            return {k: strict(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [strict(x) for x in v]
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    return json.dumps(strict(summary), indent=2, allow_nan=False) + "\n"
 
 
 def fmt(v, spec: str = ".2f") -> str:
@@ -611,6 +645,12 @@ def with_ci(v, ci, never: int | None = None, resamples: int | None = None, spec:
     if ci and never is not None:
         text += f" (never {never}/{resamples})"
     return text
+
+
+def _no_figure(steps) -> str:
+    """What a missing ratio or speed-up means: the method never reached the target, or it did and
+    the figure is undefined (a reference that gains nothing)."""
+    return "never" if steps is None else "n/a"
 
 
 def markdown_table(summary: dict) -> str:
@@ -639,9 +679,9 @@ def markdown_table(summary: dict) -> str:
         n = r.get("bootstrap_resamples")
         lines.append(
             f"| {m} | {len(r['per_seed'])} | {fmt(r['steps_to_gain'], '.1f')} | "
-            f"{with_ci(r['step_ratio_to_gain'], r['step_ratio_to_gain_ci95'], r.get('step_ratio_to_gain_never'), n, none='never')} | "
+            f"{with_ci(r['step_ratio_to_gain'], r['step_ratio_to_gain_ci95'], r.get('step_ratio_to_gain_never'), n, none=_no_figure(r['steps_to_gain']))} | "
             f"{fmt(r['time_to_gain_s'], '.0f')} | "
-            f"{with_ci(r['speedup_to_gain'], r['speedup_to_gain_ci95'], r.get('speedup_to_gain_never'), n, none='never')} | "
+            f"{with_ci(r['speedup_to_gain'], r['speedup_to_gain_ci95'], r.get('speedup_to_gain_never'), n, none=_no_figure(r['steps_to_gain']))} | "
             f"{fmt(r['mean_accuracy_steps'], '.3f')} | {with_ci(r['mean_accuracy_steps_diff'], r['mean_accuracy_steps_diff_ci95'], spec='+.3f')} | "
             f"{fmt(r['mean_accuracy_time'], '.3f')} | {with_ci(r['mean_accuracy_time_diff'], r['mean_accuracy_time_diff_ci95'], spec='+.3f')} | "
             f"{fmt(r['final_level'], '.3f')} | {with_ci(r['final_level_diff'], r['final_level_diff_ci95'], spec='+.3f')} |")
@@ -661,10 +701,10 @@ def markdown_table(summary: dict) -> str:
         lines.append(
             f"| {m} | {fmt(r['peak_accuracy'], '.3f')} ± {fmt(sp['peak_accuracy_std'], '.3f')} | {fmt(r['final_accuracy'], '.3f')} | "
             f"{fmt(r['time_to_reference_peak_s'], '.0f')} | "
-            f"{with_ci(r['speedup_vs_reference'], r.get('speedup_vs_reference_ci95'), r.get('speedup_vs_reference_never'), n, none='never')} | "
+            f"{with_ci(r['speedup_vs_reference'], r.get('speedup_vs_reference_ci95'), r.get('speedup_vs_reference_never'), n, none=_no_figure(r.get('steps_to_reference_peak')))} | "
             f"{per_seed} | {r['seeds_reaching_reference_peak']}/{len(r['per_seed'])} | "
             f"{fmt(r.get('steps_to_reference_peak'), '.1f')} | "
-            f"{with_ci(r.get('step_ratio_vs_reference'), r.get('step_ratio_vs_reference_ci95'), r.get('step_ratio_vs_reference_never'), n, none='never')} | "
+            f"{with_ci(r.get('step_ratio_vs_reference'), r.get('step_ratio_vs_reference_ci95'), r.get('step_ratio_vs_reference_never'), n, none=_no_figure(r.get('steps_to_reference_peak')))} | "
             f"{fmt(r.get('rollouts_per_step'), '.0f')} | "
             f"{fmt(r.get('step_s'), '.1f')} | {fmt(r['generation_s_per_step'], '.1f')} | {fmt(r['scoring_s_per_step'], '.2f')} | "
             f"{fmt(r['update_s_per_step'], '.1f')} | {fmt(r['update_peak_memory_mb'], '.0f')} |"

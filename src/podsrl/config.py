@@ -121,6 +121,11 @@ class RolloutConfig:
     lower precision changes."""
 
 
+CISPO_CAP = 5.0
+"""loss_type=cispo's default cap of the importance ratio (``epsilon_high``): the value TRL's
+documentation recommends, after ScaleRL (arXiv 2510.13786)."""
+
+
 @dataclass
 class Config:
     """A run: the algorithm, the optimizer, rewards, evaluation and checkpoints (top-level keys),
@@ -195,7 +200,9 @@ class Config:
     importance_sampling_level=sequence); ``vespo``, a Gamma weight of the sequence's ratio."""
     importance_sampling_level: Literal["token", "sequence"] = "token"
     """The importance weight of the policy against the one that generated: per ``token``, or one per
-    ``sequence``, the exponential of its tokens' mean log-ratio (GSPO)."""
+    ``sequence``, the exponential of its tokens' mean log-ratio (GSPO). loss_type=vespo weighs whole
+    sequences itself and reads it only for the KL's weight (beta > 0, use_bias_correction_kl); TRL
+    warns of it there, podsrl refuses it otherwise."""
     num_iterations: int = 1
     """μ: optimizer steps over each step's selected rollouts (TRL's ``num_iterations``); the old
     policy's log-probs are taken once, before the first, so that from the second on the ratio
@@ -207,11 +214,11 @@ class Config:
     vespo_k_pos: float = 2.0
     """loss_type=vespo: the Gamma weight's power k for advantages >= 0."""
     vespo_lambda_pos: float = 3.0
-    """loss_type=vespo: the Gamma weight's decay λ for advantages >= 0."""
+    """loss_type=vespo: the Gamma weight's decay λ for advantages >= 0, > 0 (TRL clamps it to 1e-4)."""
     vespo_k_neg: float = 3.0
     """loss_type=vespo: k for negative advantages."""
     vespo_lambda_neg: float = 2.0
-    """loss_type=vespo: λ for negative advantages."""
+    """loss_type=vespo: λ for negative advantages, > 0."""
     lr: float = 3e-5
     """AdamW learning rate."""
     weight_decay: float = 0.0
@@ -222,13 +229,17 @@ class Config:
     """KL weight to the reference (base) policy; 0 disables it."""
     use_bias_correction_kl: bool = True
     """Multiply the KL term by the importance weight (DeepSeek-V3.2; TRL's default): its gradient
-    is then the unbiased reverse-KL gradient; on-policy its value is unchanged."""
+    is then the unbiased reverse-KL gradient; on-policy its value is unchanged. Only with beta > 0
+    (TRL ignores it at beta = 0; podsrl refuses it there)."""
     epsilon_low: float = 0.2
-    """Lower clip range of the importance ratio: ``1 - epsilon_low``, in [0, 1)."""
-    epsilon_high: float = 0.2
+    """Lower clip range of the importance ratio: ``1 - epsilon_low``, in [0, 1) (TRL's ``epsilon``);
+    the clipped loss types' only (grpo, bnpo, dr_grpo, dapo, luspo): refused with the others."""
+    epsilon_high: float | None = None
     """Upper clip range of the importance ratio: ``1 + epsilon_high`` (DAPO's clip-higher when larger
-    than ``epsilon_low``); with loss_type=cispo the cap of the ratio itself (TRL's meaning; ScaleRL
-    recommends 5.0)."""
+    than ``epsilon_low``); default: ``epsilon_low``, as in TRL. With loss_type=cispo the cap of the
+    ratio itself (TRL's meaning), default 5.0, the value TRL recommends after ScaleRL (TRL's own
+    fallback, epsilon = 0.2, would cap even the on-policy ratio 1). Refused with sapo and vespo,
+    which have no clip (TRL accepts it there and ignores it)."""
     vllm_importance_sampling_correction: bool = True
     """rollout.engine=vllm: weight each token's loss by the ratio π_old / μ of the policy's
     probability to vLLM's (other kernels, often another precision: bf16, CUDA graphs), as TRL
@@ -300,6 +311,10 @@ class Config:
     """The task (:class:`TaskConfig`)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Rollout generation (:class:`RolloutConfig`)."""
+
+    def __post_init__(self):
+        if self.epsilon_high is None:  # recorded as the value it stands for
+            self.epsilon_high = CISPO_CAP if self.loss_type == "cispo" else self.epsilon_low
 
 
 def load_config(path: str | None = None, overrides: list[str] = (), baseline: Config | None = None,
@@ -464,6 +479,8 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
         need(math.isfinite(value), f"{key} must be a finite number, got {value}")
     need(c.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {c.prompts_per_step}")
     need(c.n >= 2, f"n must be >= 2, got {c.n}: advantages compare a prompt's rollouts, and a group of one has none")
+    need(c.n * c.prompts_per_step <= MAX_ROLLOUTS, f"n x prompts_per_step, the rollouts of a step, must be at most "
+         f"{MAX_ROLLOUTS:,}, got {c.n} x {c.prompts_per_step}")
     need(c.steps >= 1, f"steps must be >= 1, got {c.steps}; podsrl eval evaluates a model without training")
     need(c.mode == "grpo" or 1 <= c.m <= c.n, f"m must be in 1..n, got m={c.m}, n={c.n}")
     need(c.m >= 2 or c.mode != "pods",
@@ -509,6 +526,8 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
          "loss_type=vespo folds vLLM's correction into its own sequence weight token by token: set "
          "vllm_importance_sampling_mode=token_truncate or token_mask")
     need(c.sapo_temperature_pos > 0 and c.sapo_temperature_neg > 0, "sapo_temperature_pos and _neg must be > 0")
+    need(c.vespo_lambda_pos > 0 and c.vespo_lambda_neg > 0,
+         f"vespo_lambda_pos and _neg must be > 0, got {c.vespo_lambda_pos} and {c.vespo_lambda_neg}")
     need(c.vllm_importance_sampling_cap >= 1,
          f"vllm_importance_sampling_cap must be >= 1, got {c.vllm_importance_sampling_cap}")
     need(c.micro_batch_size is None or c.micro_batch_size >= 1, "micro_batch_size must be >= 1")
@@ -559,6 +578,14 @@ APPLIES_WITH = (  # (keys, what they need, the key that decides, whether this co
     (("prompt_filter_target",), "prompt_filter=history", "prompt_filter", lambda c: c.prompt_filter == "history"),
     (("dynamic_sampling_rounds",), "dynamic_sampling=true", "dynamic_sampling", lambda c: c.dynamic_sampling),
     (("rule",), "mode=pods (the others train every rollout)", "mode", lambda c: c.mode == "pods"),
+    (("epsilon_low",), "a clipped loss_type (grpo, bnpo, dr_grpo, dapo, luspo)", "loss_type",
+     lambda c: c.loss_type not in ("cispo", "sapo", "vespo")),
+    (("epsilon_high",), "a loss_type that clips or caps the ratio (not sapo or vespo)", "loss_type",
+     lambda c: c.loss_type not in ("sapo", "vespo")),
+    (("importance_sampling_level",), "a loss_type other than vespo, which weighs whole sequences itself (or with "
+     "beta > 0 and use_bias_correction_kl, the KL's weight)", "loss_type",
+     lambda c: c.loss_type != "vespo" or (c.beta > 0 and c.use_bias_correction_kl)),
+    (("use_bias_correction_kl",), "beta > 0 (it weights the KL term)", "beta", lambda c: c.beta > 0),
     (("sapo_temperature_pos", "sapo_temperature_neg"), "loss_type=sapo", "loss_type", lambda c: c.loss_type == "sapo"),
     (("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"), "loss_type=vespo", "loss_type",
      lambda c: c.loss_type == "vespo"),
@@ -615,6 +642,9 @@ def _unpicklable(fn) -> str:
     return ""
 
 
+MAX_ROLLOUTS = 2**24
+"""The most rollouts a step generates (n x prompts_per_step): far past any machine's memory, and
+within the sizes that a tensor's index and Python's lists take."""
 MAX_DIGITS = 1000
 """The most digits of an arithmetic operand: a product of two has 2,000, within Python's
 4,300-digit limit on turning an integer into text."""

@@ -24,6 +24,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled as Ctrl-C is (the CLI raises it in the main thread)."""
 
 
+def raise_terminated(signum, frame):
+    """A SIGTERM handler: raise :class:`Terminated` in the main thread."""
+    raise Terminated()
+
+
 @contextlib.contextmanager
 def interrupts_deferred():
     """Hold Ctrl-C and SIGTERM back until the block ends, then act on them as their handlers would

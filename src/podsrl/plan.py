@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from podsrl.config import Config, to_dict
+from podsrl.config import MAX_ROLLOUTS, Config, flat_keys, to_dict
 from podsrl.errors import PodsError, os_reason
 
 MEASURED_STEP_FRACTION = {
@@ -110,6 +110,13 @@ def check_plan(c: Config, sizes: Sizes) -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise PodsError("plan measures in one process; run it without a launcher")
     m = base_m(c)
+    if m < 2:
+        raise PodsError(f"plan's table trains m = {m} rollouts per prompt in every method, GRPO's n = m and PODS's m "
+                        "included, and podsrl train needs them >= 2: give m >= 2")
+    too_many = [n for n in (*sizes.generate, *sizes.update, *sizes.candidates) if n * c.prompts_per_step > MAX_ROLLOUTS]
+    if too_many:
+        raise PodsError(f"n = {too_many[0]} x prompts_per_step = {c.prompts_per_step} rollouts a step is more than "
+                        f"podsrl train takes ({MAX_ROLLOUTS:,})")
     if sizes.calls < 1:
         raise PodsError(f"--calls must be >= 1, got {sizes.calls}")
     if len(set(sizes.generate)) < 2 or min(sizes.generate) < 2:
@@ -255,12 +262,12 @@ def fit_concentration(means: list[float], mixed: list[int], prompts: int, n: int
     return float(max(CONCENTRATIONS, key=log_likelihood))
 
 
-def read_signal(folders: list[Path]) -> Signal:
+def read_signal(folders: list[Path], c: Config | None = None) -> Signal:
     """The reward signal of finished runs (``metrics.jsonl`` and ``config.yaml`` in each): runs
     of one n and one prompt count, on one process (their mixed count is over the step's groups of
     every process), whose every group's generated rollouts are the ones its mixed count sees (GRPO,
     GRPO-GA, or PODS max-variance), with 0/1 rewards (checked: each step's reward variance is the
-    one 0/1 values of its mean have)."""
+    one 0/1 values of its mean have); given ``c``, runs of its task and rewards."""
     import yaml
 
     from podsrl.checkpoint import read_metrics
@@ -276,7 +283,13 @@ def read_signal(folders: list[Path]) -> Signal:
         except (ValueError, yaml.YAMLError) as e:
             raise PodsError(f"--signal-from {folder}: unreadable run files ({type(e).__name__})") from None
         rows = read_metrics(folder / "metrics.jsonl")  # a last line cut short dropped, as a run's resume does
-        if not isinstance(cfg, dict) or cfg.get("adaptive_n") or cfg.get("dynamic_sampling"):
+        if not isinstance(cfg, dict):
+            raise PodsError(f"--signal-from {folder}: its config.yaml holds no settings (a mapping of keys)")
+        other = c is not None and other_task(cfg, c)
+        if other:
+            raise PodsError(f"--signal-from {folder}: a run of another task or reward ({other}); the signal is the "
+                            "task's and the rewards'")
+        if cfg.get("adaptive_n") or cfg.get("dynamic_sampling"):
             raise PodsError(f"--signal-from {folder}: a run of one generate call of n per prompt a step is needed "
                             "(not adaptive_n or dynamic_sampling)")
         if cfg.get("mode") == "pods" and cfg.get("rule") != "max_variance":
@@ -287,11 +300,14 @@ def read_signal(folders: list[Path]) -> Signal:
             steps = [(r["step"], float(r["generated_reward_mean"]), float(r["generated_reward_std"]),
                       int(r["rollouts_generated"]), float(r["frac_zero_std_groups"]))
                      for r in rows if "frac_zero_std_groups" in r]
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise PodsError(f"--signal-from {folder}: not a podsrl run's config.yaml and metrics.jsonl "
                             f"({type(e).__name__}: {e})") from None
         shape.add((n, P))
         for step, mean, std, count, zero_std in steps:
+            if not (all(map(math.isfinite, (mean, std))) and 0 <= zero_std <= 1):
+                raise PodsError(f"--signal-from {folder}: step {step} logged generated_reward_mean {mean}, "
+                                f"generated_reward_std {std} and frac_zero_std_groups {zero_std} (a share, 0 to 1)")
             binary = count * mean * (1 - mean) / max(count - 1, 1)
             if not (0 <= mean <= 1) or abs(std**2 - binary) > 1e-6 * max(1.0, binary):
                 raise PodsError(f"--signal-from {folder}: step {step}'s rewards are not 0/1 (mean {mean:.4g}, "
@@ -304,6 +320,18 @@ def read_signal(folders: list[Path]) -> Signal:
         raise PodsError(f"--signal-from {', '.join(map(str, folders))}: no training step logged")
     (n, P), = shape
     return Signal([str(f) for f in folders], n, P, means, mixed, fit_concentration(means, mixed, P, n))
+
+
+def other_task(recorded: dict, c: Config) -> str:
+    """The first setting of the task (its held-out size aside) or of the rewards in which a run's
+    recorded config differs from ``c``, as ``key: run's value, c's value``; "" where none does."""
+    now, run = flat_keys(to_dict(c)), flat_keys(to_dict(Config()))
+    run.update(flat_keys(recorded))
+    for key, value in now.items():
+        if (key.startswith("task.") and key != "task.test_size" or key in ("rewards", "reward_weights")) \
+                and run.get(key) != value:
+            return f"{key}: {run.get(key)!r}, here {value!r}"
+    return ""
 
 
 def trained_over_runs(c: Config, signal: Signal, rng: np.random.Generator, draws: int = 16) -> float:
@@ -484,7 +512,7 @@ def plan(c: Config, sizes: Sizes | None = None, signal: str = "measured", progre
     check_plan(c, sizes)
     if signal_from and signal == "all":
         raise PodsError("--signal all trains every selected rollout; --signal-from has no part in it: give one of them")
-    earlier = read_signal(signal_from) if signal_from else None
+    earlier = read_signal(signal_from, c) if signal_from else None
     if earlier is not None and earlier.prompts != c.prompts_per_step:
         raise PodsError(f"--signal-from: its runs took {earlier.prompts} prompts a step, this config "
                         f"{c.prompts_per_step}; the mixed groups a step are counted over the prompts of a step")

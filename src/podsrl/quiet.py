@@ -1,5 +1,5 @@
 """Known noise of the libraries podsrl drives, filtered where it starts: each filter names the one
-message it drops, so every other warning still shows."""
+message it drops, so every other warning still shows; and a command's logging."""
 
 from __future__ import annotations
 
@@ -18,3 +18,16 @@ def quiet_known_warnings() -> None:
     logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
         lambda record: "gemm_4bit_forward from kernels-community" not in record.getMessage())
     warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)
+
+
+def quiet_logging() -> None:
+    """A command's logging: podsrl's INFO lines as bare messages; the libraries' warnings and
+    errors only, without transformers' progress bars; and :func:`quiet_known_warnings`."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    quiet_known_warnings()
+    for noisy in ("transformers", "accelerate", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()

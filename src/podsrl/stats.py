@@ -14,10 +14,14 @@ A run gives a :class:`Curve`: its held-out accuracy at its evaluations and its t
 - **Reach**: the first step at which a curve, drawn linearly between its evaluations, is at or
   above a target (on the seed-mean curve for the headline figures, on a seed's own curve for the
   per-seed ones); its time is the time at that step. A curve that never gets there is "never".
+- **Per-seed figures**: each seed against its own reference run, on the two runs' whole curves
+  (not cut at the shortest seed's last evaluation, as the seed means are).
 - **The gain target**: ``base + q (final - base)``, with ``base`` the reference's seed-mean
   accuracy at its first evaluation (step 0, the same model and problems for every method of a
   seed) and ``final`` the mean of its seed-mean curve's last ``window`` evaluations, not its
-  maximum. **The paper's target**: the maximum of the reference's seed-mean curve.
+  maximum. **The paper's target**: the maximum of the reference's seed-mean curve. A target no
+  higher than ``base`` (a reference that gains nothing) times nothing: its ratios and speed-ups
+  are undefined (NaN, "n/a"), not 0 over 0.
 - **Mean accuracy over the budget**: the area under the seed-mean curve over steps ``[0, end]``
   divided by ``end``, where ``end`` is the shorter of the two methods' last steps; against time,
   the same up to the shorter method's time budget (its seed-mean seconds at its last evaluation).
@@ -166,8 +170,11 @@ def measures(reference: Runs, method: Runs, weights: np.ndarray, q: float = Q, w
         ref_steps, steps = reach(reference.steps, ref_acc, out[f"target_{name}"]), reach(method.steps, acc, out[f"target_{name}"])
         ref_time = interp_rows(ref_steps, reference.clock_steps, ref_clock)
         time = interp_rows(steps, method.clock_steps, clock)
-        out |= {f"steps_to_{name}": steps, f"reference_steps_to_{name}": ref_steps, f"step_ratio_to_{name}": ratio(steps, ref_steps),
-                f"time_to_{name}": time, f"reference_time_to_{name}": ref_time, f"speedup_to_{name}": ratio(ref_time, time)}
+        gains = out[f"target_{name}"] > base  # a reference that gains nothing sets no target to be timed to
+        undefined = lambda r: np.where(gains, r, np.nan)
+        out |= {f"steps_to_{name}": steps, f"reference_steps_to_{name}": ref_steps,
+                f"step_ratio_to_{name}": undefined(ratio(steps, ref_steps)), f"time_to_{name}": time,
+                f"reference_time_to_{name}": ref_time, f"speedup_to_{name}": undefined(ratio(ref_time, time))}
     rows = len(weights)
     end = np.full(rows, min(reference.steps[-1], method.steps[-1]))
     ref_seconds, seconds = weights @ reference.eval_seconds, weights @ method.eval_seconds  # [R, G]: x of the time curves
@@ -212,14 +219,19 @@ def estimate(point: np.ndarray, resampled: np.ndarray | None, never: np.ndarray 
                     len(resampled) if resampled is not None else 0)
 
 
+def each_seed(reference: list[Curve], method: list[Curve], q: float = Q, window: int = WINDOW) -> dict:
+    """:func:`measures` of each seed against its own reference run, on the two runs' whole curves
+    (not cut, as the seed means are, at the shortest seed's last evaluation): {name: [S] array}."""
+    rows = [measures(align([r]), align([m]), np.ones((1, 1)), q, window) for r, m in zip(reference, method)]
+    return {name: np.concatenate([row[name] for row in rows]) for name in rows[0]}
+
+
 def compare_runs(reference: Runs, method: Runs, q: float = Q, window: int = WINDOW, resamples: int = RESAMPLES,
-                 level: float = LEVEL, seed: int = 0) -> tuple[dict, dict[str, Estimate]]:
-    """:func:`measures` on the seed means and per seed (each seed against its own reference run),
-    and an :class:`Estimate` of each ratio, speed-up and difference with its paired bootstrap
-    interval (none with fewer than two seeds). Returns (per seed: {name: [S] array}, estimates)."""
+                 level: float = LEVEL, seed: int = 0) -> dict[str, Estimate]:
+    """:func:`measures` on the seed means, as an :class:`Estimate` of each figure with its paired
+    bootstrap interval (none with fewer than two seeds); per seed: :func:`each_seed`."""
     seeds = len(method.accuracy)
     point = measures(reference, method, np.full((1, seeds), 1.0 / seeds), q, window)
-    per_seed = measures(reference, method, np.eye(seeds), q, window)
     resampled = (measures(reference, method, bootstrap_weights(seeds, resamples, seed), q, window)
                  if seeds > 1 and resamples > 0 else None)
     estimates = {}
@@ -227,7 +239,7 @@ def compare_runs(reference: Runs, method: Runs, q: float = Q, window: int = WIND
         target = name.rsplit("_to_", 1)[-1] if "_to_" in name and not name.startswith("reference_") else None
         never = np.isnan(resampled[f"steps_to_{target}"]) if resampled is not None and target else None
         estimates[name] = estimate(point[name], resampled[name] if resampled is not None else None, never, level)
-    return per_seed, estimates
+    return estimates
 
 
 def ratio_between(reference: Runs, a: Runs, b: Runs, key: str = "steps_to_gain", q: float = Q, window: int = WINDOW,
