@@ -24,7 +24,7 @@ The second round (``--round gym``), two more tasks for the confirmation, fixed b
 
 - Candidates: the reasoning-gym data sets at their default settings that the step-0 screening
   chose (``benchmarks/gym_step0.py --all``; its ``candidates.json``: pass@1 0.05-0.50 on 500
-  held-out problems, at most the 6 closest to 0.25), each from ``configs/gym_screening.yaml`` with
+  held-out problems, at most the 6 closest to 0.25), each from ``configs/screening_gym.yaml`` with
   its data set and the screening's completion length (:func:`gym_candidates`).
 - The runs, the learning rate and the three conditions as above (GRPO only, seeds 0-2).
 - The choice: among the candidates meeting all three, the two with the largest seed-mean gain
@@ -76,7 +76,7 @@ def gym_candidates() -> dict[str, list[str]]:
                         "has not finished")
     screening = json.loads(STEP0.read_text())
     tokens = {r["dataset"]: r["max_new_tokens"] for r in screening["rows"] if "max_new_tokens" in r}
-    return {name: ["configs/gym_screening.yaml", f"task.dataset={name}", f"rollout.max_new_tokens={tokens[name]}"]
+    return {name: ["configs/screening_gym.yaml", f"task.dataset={name}", f"rollout.max_new_tokens={tokens[name]}"]
             for name in screening["screened"]}
 
 

@@ -362,7 +362,7 @@ def test_task_selection_gym_round_trains_the_screenings_candidates_and_chooses_t
     monkeypatch.setattr(selection.subprocess, "run", trainer)
     assert selection.main(["run", "--round", "gym", "--stage", "both", "--jobs", "1"]) == 0
     assert len(commands) == 9  # 3 candidates: seed 0 at the one rate, then seeds 1 and 2
-    assert commands[1][4:7] == ["configs/gym_screening.yaml", "task.dataset=b", "rollout.max_new_tokens=32"]
+    assert commands[1][4:7] == ["configs/screening_gym.yaml", "task.dataset=b", "rollout.max_new_tokens=32"]
     kept = selection.RESULTS / "b" / "lr1e-5" / "seed-2"
     assert selection.RESULTS == tmp_path / "results" / "gym" and (kept / "config.yaml").is_file()
     commit, how, _ = (kept / "podsrl_commit.txt").read_text().split()
