@@ -196,9 +196,12 @@ def write_candidates(path: Path) -> None:
     rows = [r for r in json.loads(path.read_text()) if "started" not in r]
     chosen = candidates(rows)
     (path.parent / "candidates.json").write_text(json.dumps(chosen, indent=1) + "\n")
-    lines = [f"Greedy pass@1 at step 0, {rows[0]['problems'] if rows and 'problems' in rows[0] else '?'} held-out problems "
-             f"(seed 0), reasoning-gym's default settings; band {BAND[0]}-{BAND[1]}; {len(chosen['qualify'])} qualify, "
-             f"screened: {', '.join(chosen['screened']) or 'none'}.", "",
+    problems = sorted({r["problems"] for r in rows if "problems" in r})
+    lines = [f"Greedy pass@1 at step 0 of the embedded model, {'/'.join(map(str, problems))} held-out problems (seed 0), "
+             f"reasoning-gym's default settings ([the protocol](screening.md)): {chosen['measured']} data sets measured, "
+             f"{len(chosen['failed'])} could not be; {len(chosen['qualify'])} within {BAND[0]}-{BAND[1]} "
+             f"({', '.join(chosen['qualify']) or 'none'}); screened by GRPO's curve: {', '.join(chosen['screened']) or 'none'}.",
+             "",
              "| data set | tokens | pass@1 | mean reward | in band | screened | podsrl commit |", "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: r["dataset"]):
         if "error" in r:
