@@ -2,6 +2,8 @@
 problems, per data set and setting, with what the extraction and the scoring cost.
 
     python benchmarks/gym_step0.py [--problems 200] [--only chain_sum,gcd] [--out results.json]
+    python benchmarks/gym_step0.py --all --problems 500 --out benchmarks/results/gym_step0/all_defaults.json
+    python benchmarks/gym_step0.py --candidates benchmarks/results/gym_step0/all_defaults.json
 
 For each setting (:data:`SETTINGS`: each data set at reasoning-gym's default difficulty and at one
 easier setting) it builds the gym task (seed 0), generates one greedy completion per held-out
@@ -9,26 +11,46 @@ problem with the embedded model (or ``model.name_or_path=...``), and reports pas
 full credit), the mean reward (partial credit included), the same verifier on the raw completion
 (no extraction: what a reward that pays the tag format first would give this model), and the time
 of scoring the completions through the reward pool and of the verifier alone. One evaluation at a
-time; the rows are printed as they finish, as a markdown table at the end.
+time; the rows are printed as they finish, as a markdown table at the end. Each row names the
+podsrl commit that made it.
+
+``--all``: every data set of reasoning-gym's registry at its default settings, except
+:data:`EXCLUDED`, in the registry's (alphabetical) order, each with the completion length of
+:func:`token_rule`; the screening of candidates that the rule below reads. A data set that cannot be
+built, whose prompts do not fit the model's context, or whose evaluation fails, gets a row with the
+reason instead of figures. A rerun with the same ``--out`` goes on after the rows it holds; a data
+set during which the process died (killed, out of memory) is tried once more, then recorded as
+failed.
+
+``--candidates FILE``: the screening's candidates from its rows (written next to it as
+``candidates.json`` and ``candidates.md``): the data sets whose pass@1 lies in :data:`BAND`
+(inclusive); if more than :data:`SCREENED` do, the :data:`SCREENED` closest to :data:`TARGET`, ties
+broken by name.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
+import signal
 import time
+from pathlib import Path
 
 import torch
 
 from podsrl import models
 from podsrl.config import load_config
+from podsrl.errors import PodsError, first_line
 from podsrl.evaluate import chat_prompt
 from podsrl.rewards import accuracy_reward
 from podsrl.rewards.pool import shutdown
 from podsrl.rollout import make_engine
+from podsrl.rundir import source_commit
 from podsrl.tasks import load_task
-from podsrl.tasks.gym import _verifier
+from podsrl.tasks.gym import _verifier, dataset_names
 
 # (data set, easier settings or None for reasoning-gym's default, max_new_tokens); each easier
 # setting keeps a held-out set of 200 within 1% of the generator's draws
@@ -56,6 +78,32 @@ SETTINGS = [
 ]
 
 
+# --all: the screening of every data set at its default settings (fixed before its first run)
+EXCLUDED = ("chain_sum", "letter_counting", "count_bits")
+"""The gym data sets already used as benchmark candidates (with podsrl's own ``arithmetic`` task)."""
+BAND, TARGET, SCREENED = (0.05, 0.50), 0.25, 6
+"""Candidates: pass@1 within BAND (inclusive); past SCREENED of them, those closest to TARGET."""
+TOKENS_FLOOR, TOKENS_SLACK, TOKENS_CAP = 16, 8, 128
+BUILD_LIMIT_S, RAW_LIMIT_S = 3600, 600
+"""A data set whose task (held-out set and overlap probe) takes longer to build is recorded as
+failed; the verifier on the raw completions (run here, outside the reward pool's bounds) that takes
+longer is recorded as None."""
+ROW_TOKENS = 32_768
+"""Rows x (prompt + completion) tokens per generate call at most (128 rows where prompts are short):
+the KV cache of one call stays under ~1.5 GB."""
+ATTEMPTS = 2
+
+
+def token_rule(tokenizer, golds: list[str]) -> int:
+    """max_new_tokens for a data set: its longest gold answer (of the held-out problems, in the
+    model's tokens) plus TOKENS_SLACK, rounded up to a multiple of 16, within [TOKENS_FLOOR,
+    TOKENS_CAP]. Room for the answer the prompt asks for and a few words around it: 16 for
+    numbers, as the candidates so far; a gold past TOKENS_CAP - 8 tokens (a grid, a list of moves)
+    is cut off at TOKENS_CAP, which such a data set's figure then reflects."""
+    longest = max(len(tokenizer(g, add_special_tokens=False).input_ids) for g in golds)
+    return min(TOKENS_CAP, max(TOKENS_FLOOR, 16 * math.ceil((longest + TOKENS_SLACK) / 16)))
+
+
 def raw_verifier_mean(texts: list[str], problems) -> float:
     """The data set's verifier on each completion as generated (no answer extraction)."""
     values = []
@@ -67,58 +115,164 @@ def raw_verifier_mean(texts: list[str], problems) -> float:
     return sum(values) / len(values)
 
 
-def evaluate_setting(engine, tokenizer, name, settings, tokens, problems, system_prompt) -> dict:
-    task = load_task("gym", dataset=name, config=settings or {}, test_size=problems, seed=0)
+@contextlib.contextmanager
+def limited(seconds: int, what: str):
+    """PodsError ``{what} took longer than {seconds} s`` where the block does (SIGALRM: Python code)."""
+    def late(*_):
+        raise PodsError(f"{what} took longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def evaluate_setting(engine, tokenizer, name, settings, tokens, problems, system_prompt, context=None) -> dict:
+    """One row. ``tokens`` None: :func:`token_rule`. ``context``: the model's context in tokens,
+    which every prompt and its completion must fit."""
+    start = time.perf_counter()
+    with limited(BUILD_LIMIT_S, "building the task"):
+        task = load_task("gym", dataset=name, config=settings or {}, test_size=problems, seed=0)
+    build_s = time.perf_counter() - start
+    tokens = token_rule(tokenizer, [p.answer for p in task.test]) if tokens is None else tokens
     system_prompt = task.system_prompt if system_prompt is None else system_prompt
     prompts = [chat_prompt(tokenizer, system_prompt, p.question) for p in task.test]
+    longest = max(len(tokenizer(q, add_special_tokens=False).input_ids) for q in prompts)
+    if context is not None and longest + tokens > context:
+        raise PodsError(f"its longest prompt is {longest} tokens: with {tokens} new ones past the model's context of {context}")
+    default_rows = engine.batch_size
+    engine.batch_size = max(1, min(default_rows, ROW_TOKENS // (longest + tokens)))
     start = time.perf_counter()
-    texts = engine.generate(prompts, 1, 0.0, tokens).texts
+    try:
+        texts = engine.generate(prompts, 1, 0.0, tokens).texts
+    finally:
+        engine.batch_size = default_rows
     generation_s = time.perf_counter() - start
     start = time.perf_counter()
-    rewards = accuracy_reward(texts, [p.answer for p in task.test], [p.entry for p in task.test])
+    rewards = accuracy_reward(texts, [p.answer for p in task.test], [p.entry for p in task.test],  # as evaluation does
+                              [p.require_marker for p in task.test], [p.question for p in task.test])
     pool_s = time.perf_counter() - start
     start = time.perf_counter()
-    raw = raw_verifier_mean(texts, task.test)
+    try:
+        with limited(RAW_LIMIT_S, "the verifier on the raw completions"):
+            raw = raw_verifier_mean(texts, task.test)
+    except PodsError:
+        raw = None
     verifier_s = time.perf_counter() - start
     return {
         "dataset": name, "config": settings or "default", "max_new_tokens": tokens, "problems": len(texts),
         "pass@1": sum(r == 1.0 for r in rewards) / len(rewards), "mean_reward": sum(rewards) / len(rewards),
-        "raw_verifier_mean": raw, "generation_s": generation_s,
+        "raw_verifier_mean": raw, "longest_prompt_tokens": longest, "build_s": build_s, "generation_s": generation_s,
         "scoring_ms_per_completion": 1000 * pool_s / len(texts), "verifier_ms_per_completion": 1000 * verifier_s / len(texts),
         "examples": [{"question": p.question[-120:], "answer": p.answer, "completion": t} for p, t in zip(task.test[:3], texts)],
     }
+
+
+def fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def all_defaults() -> list[tuple[str, None, None]]:
+    """Every data set of the registry at its default settings, but EXCLUDED; tokens by the rule."""
+    return [(name, None, None) for name in dataset_names() if name not in EXCLUDED]
+
+
+def candidates(rows: list[dict]) -> dict:
+    """The data sets in BAND, and which of them are screened (see the module docstring)."""
+    measured = [r for r in rows if "pass@1" in r]
+    qualify = sorted((r["dataset"] for r in measured if BAND[0] <= r["pass@1"] <= BAND[1]))
+    by_rate = {r["dataset"]: r["pass@1"] for r in measured}
+    screened = sorted(qualify, key=lambda d: (abs(by_rate[d] - TARGET), d))[:SCREENED]
+    return {"band": BAND, "target": TARGET, "screened_at_most": SCREENED, "excluded": EXCLUDED,
+            "measured": len(measured), "failed": {r["dataset"]: r["error"] for r in rows if "error" in r},
+            "qualify": qualify, "screened": sorted(screened),
+            "rows": [{k: v for k, v in r.items() if k != "examples"} for r in rows]}
+
+
+def write_candidates(path: Path) -> None:
+    rows = [r for r in json.loads(path.read_text()) if "started" not in r]
+    chosen = candidates(rows)
+    (path.parent / "candidates.json").write_text(json.dumps(chosen, indent=1) + "\n")
+    problems = sorted({r["problems"] for r in rows if "problems" in r})
+    lines = [f"Greedy pass@1 at step 0 of the embedded model, {'/'.join(map(str, problems))} held-out problems (seed 0), "
+             f"reasoning-gym's default settings ([the protocol](screening.md)): {chosen['measured']} data sets measured, "
+             f"{len(chosen['failed'])} could not be; {len(chosen['qualify'])} within {BAND[0]}-{BAND[1]} "
+             f"({', '.join(chosen['qualify']) or 'none'}); screened by GRPO's curve: {', '.join(chosen['screened']) or 'none'}.",
+             "",
+             "| data set | tokens | pass@1 | mean reward | in band | screened | podsrl commit |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: r["dataset"]):
+        if "error" in r:
+            lines.append(f"| {r['dataset']} | | failed: {r['error']} | | | | {r['podsrl_commit'][:10]} |")
+            continue
+        lines.append(f"| {r['dataset']} | {r['max_new_tokens']} | {r['pass@1']:.3f} | {r['mean_reward']:.3f} | "
+                     f"{'yes' if r['dataset'] in chosen['qualify'] else 'no'} | "
+                     f"{'yes' if r['dataset'] in chosen['screened'] else ''} | {r['podsrl_commit'][:10]} |")
+    (path.parent / "candidates.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=200)
     parser.add_argument("--only", default="", help="comma-separated data sets (default: all of SETTINGS)")
+    parser.add_argument("--all", action="store_true", help="every data set at its default settings (see above)")
+    parser.add_argument("--candidates", default=None, help="write the candidates of this --all file, then stop")
     parser.add_argument("--system-prompt", default=None, help="instead of the gym task's")
     parser.add_argument("--out", default=None, help="write the rows as JSON here (a rerun skips the rows it holds)")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. model.name_or_path=...")
     args = parser.parse_args()
+    if args.candidates:
+        return write_candidates(Path(args.candidates))
     c = load_config(None, args.overrides)
     torch.manual_seed(0)
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     model = models.load_model(c.model.name_or_path, c.model.dtype).eval()
     engine = make_engine("hf", model, tokenizer, c.rollout)
+    context = getattr(model.config, "max_position_embeddings", None)
+    commit = source_commit()
     only = set(filter(None, args.only.split(",")))
     rows = json.load(open(args.out)) if args.out and os.path.exists(args.out) else []  # a rerun goes on
-    for name, settings, tokens in SETTINGS:
-        if only and name not in only or any(r["dataset"] == name and r["config"] == (settings or "default") for r in rows):
+
+    def save():
+        if args.out:
+            with open(args.out + ".tmp", "w") as f:
+                json.dump(rows, f, indent=1)
+            os.replace(args.out + ".tmp", args.out)
+
+    for name, settings, tokens in all_defaults() if args.all else SETTINGS:
+        same = [r for r in rows if r["dataset"] == name and r["config"] == (settings or "default")]
+        if only and name not in only or any("started" not in r for r in same):
             continue
-        row = evaluate_setting(engine, tokenizer, name, settings, tokens, args.problems, args.system_prompt)
+        attempts = same[0]["started"] if same else 0
+        rows[:] = [r for r in rows if not any(r is x for x in same)]
+        if attempts >= ATTEMPTS:
+            row = {"dataset": name, "config": settings or "default",
+                   "error": f"the process ended during its evaluation {attempts} times (killed, or out of memory)"}
+        else:
+            rows.append({"dataset": name, "config": settings or "default", "started": attempts + 1})
+            save()
+            rows.pop()
+            try:
+                row = evaluate_setting(engine, tokenizer, name, settings, tokens, args.problems, args.system_prompt, context)
+            except Exception as e:  # noqa: BLE001 (a generator, a verifier or the model failing on this data set)
+                row = {"dataset": name, "config": settings or "default",
+                       "error": first_line(e) if isinstance(e, PodsError) else f"{type(e).__name__}: {first_line(e)}"}
+        row["podsrl_commit"] = commit
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "examples"}), flush=True)
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(rows, f, indent=1)
+        save()
     shutdown()
     print("\n| data set | settings | pass@1 | mean reward | verifier on the raw completion | scoring ms/completion (pool) | verifier ms |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         settings = "default" if r["config"] == "default" else ", ".join(f"{k}={v}" for k, v in r["config"].items())
-        print(f"| {r['dataset']} | {settings} | {r['pass@1']:.3f} | {r['mean_reward']:.3f} | {r['raw_verifier_mean']:.3f} "
+        if "error" in r:
+            print(f"| {r['dataset']} | {settings} | failed: {r['error']} | | | | |")
+            continue
+        print(f"| {r['dataset']} | {settings} | {r['pass@1']:.3f} | {r['mean_reward']:.3f} | {fmt(r['raw_verifier_mean'])} "
               f"| {r['scoring_ms_per_completion']:.2f} | {r['verifier_ms_per_completion']:.3f} |")
 
 

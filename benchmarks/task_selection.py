@@ -1,7 +1,7 @@
 """Choosing the benchmark task by GRPO's curve alone, before any PODS run on it.
 
-    python benchmarks/task_selection.py run [--jobs 2] [--stage lr|seeds]
-    python benchmarks/task_selection.py report          # writes benchmarks/results/task_selection/
+    python benchmarks/task_selection.py run [--jobs 2] [--stage lr|seeds|both] [--round first|gym]
+    python benchmarks/task_selection.py report [--round first|gym]  # writes benchmarks/results/task_selection/
 
 The protocol, fixed before the first run (docs/experiments/task_selection.md gives it in prose):
 
@@ -19,33 +19,73 @@ The protocol, fixed before the first run (docs/experiments/task_selection.md giv
   peak; the peak is at most 0.9. Among the candidates meeting all three, the one whose curve keeps
   rising longest (the latest peak; ties to the larger gain). If none meets all three, none is
   chosen and the report says so.
+
+The second round (``--round gym``), two more tasks for the confirmation, fixed before its first run:
+
+- Candidates: the reasoning-gym data sets at their default settings that the step-0 screening
+  chose (``benchmarks/gym_step0.py --all``; its ``candidates.json``: pass@1 0.05-0.50 on 500
+  held-out problems, at most the 6 closest to 0.25), each from ``configs/screening_gym.yaml`` with
+  its data set and the screening's completion length (:func:`gym_candidates`).
+- The runs, the learning rate and the three conditions as above (GRPO only, seeds 0-2).
+- The choice: among the candidates meeting all three, the two with the largest seed-mean gain
+  (from step 0 to the peak), ties broken by name; if fewer than two meet them, those that do, and
+  the report says so. Its results go to ``benchmarks/results/task_selection/gym/``.
+
+Each run's folder records the podsrl commit of every start of it (``podsrl_commit.txt``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
 
 from podsrl.checkpoint import read_metrics
 from podsrl.errors import ArgumentParser, PodsError, one_line_errors
+from podsrl.rundir import source_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "task_selection"
 RUNS = ROOT / "runs" / "task_selection"  # full run folders (models, logs); only metrics are kept
-CANDIDATES = {  # name: config file
+CANDIDATES = {  # name: config file, or [config file, *overrides]
     "arithmetic_2digit": "configs/arithmetic_2digit.yaml",
     "letter_counting": "configs/gym_letter_counting.yaml",
     "chain_sum": "configs/gym_chain_sum.yaml",
 }
+CHOOSE = 1
+"""How many candidates a round chooses: the first one, by the latest peak; the gym round two, by the largest gain."""
+STEP0 = ROOT / "benchmarks" / "results" / "gym_step0" / "candidates.json"
+COMMIT_FILE = "podsrl_commit.txt"
 LRS = ["1e-5", "3e-5"]
 STEPS, EVAL_EVERY, SEEDS = 60, 5, (0, 1, 2)
 SETTINGS = ["mode=grpo", "n=8", "m=8", "prompts_per_step=4", f"steps={STEPS}", f"eval_every={EVAL_EVERY}",
             "task.test_size=500", "threads=1", "progress=false"]
+
+
+def gym_candidates() -> dict[str, list[str]]:
+    """The gym round's candidates from the step-0 screening: name -> the screening config with the
+    data set and its completion length."""
+    if not STEP0.is_file():
+        raise PodsError(f"{STEP0} does not exist: the step-0 screening (benchmarks/gym_step0.py --all, then --candidates) "
+                        "has not finished")
+    screening = json.loads(STEP0.read_text())
+    tokens = {r["dataset"]: r["max_new_tokens"] for r in screening["rows"] if "max_new_tokens" in r}
+    return {name: ["configs/screening_gym.yaml", f"task.dataset={name}", f"rollout.max_new_tokens={tokens[name]}"]
+            for name in screening["screened"]}
+
+
+def use_round(name: str) -> None:
+    """Point the candidates, the folders and the choice at a round (the first is the default; a
+    second call for the same round leaves them)."""
+    global CANDIDATES, RESULTS, RUNS, CHOOSE
+    if name == "gym" and CHOOSE == 1:
+        CANDIDATES, RESULTS, RUNS, CHOOSE = gym_candidates(), RESULTS / "gym", RUNS / "gym", 2
 
 
 def result_dir(candidate: str, lr: str, seed: int) -> Path:
@@ -76,19 +116,29 @@ def train(candidate: str, lr: str, seed: int) -> tuple[bool, str]:
         resume = (out / "checkpoints").is_dir() and any((out / "checkpoints").glob("step-*"))
         if not resume:
             shutil.rmtree(out, ignore_errors=True)
-        cmd = [sys.executable, "-m", "podsrl", "train", CANDIDATES[candidate], *SETTINGS, f"lr={lr}", f"seed={seed}",
-               f"output_dir={out}", "save_every=10", f"resume={str(resume).lower()}"]
+        spec = CANDIDATES[candidate]
+        record_commit(out, "resumed" if resume else "started")
+        cmd = [sys.executable, "-m", "podsrl", "train", *([spec] if isinstance(spec, str) else spec), *SETTINGS, f"lr={lr}",
+               f"seed={seed}", f"output_dir={out}", "save_every=10", f"resume={str(resume).lower()}"]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
             return False, f"{candidate} lr={lr} seed={seed}: the run failed (exit code {done.returncode}): {said}"
     keep = result_dir(candidate, lr, seed)
     keep.mkdir(parents=True, exist_ok=True)
-    for name in ("metrics.jsonl", "config.yaml"):
-        shutil.copy(out / name, keep / name)
+    for name in ("metrics.jsonl", "config.yaml", COMMIT_FILE):
+        if name != COMMIT_FILE or (out / name).is_file():
+            shutil.copy(out / name, keep / name)
     shutil.rmtree(out)
     points = curve(candidate, lr, seed)
     return True, f"{candidate} lr={lr} seed={seed}: " + " ".join(f"{s}:{a:.3f}" for s, a in sorted(points.items()))
+
+
+def record_commit(out: Path, how: str) -> None:
+    """Append the podsrl commit this start of a run trains with to its folder's COMMIT_FILE."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / COMMIT_FILE, "a") as f:
+        f.write(f"{source_commit()} {how} {datetime.now(timezone.utc).isoformat(timespec='seconds')}\n")
 
 
 def training_elsewhere(out: Path) -> bool:
@@ -151,6 +201,9 @@ def run(args) -> int:
     line, and the exit code is 1."""
     if args.jobs < 1:
         raise PodsError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.stage == "both":  # the lr stage, then the seeds at each candidate's rate
+        first = run(argparse.Namespace(**{**vars(args), "stage": "lr"}))
+        return max(first, run(argparse.Namespace(**{**vars(args), "stage": "seeds"})))
     if args.stage == "lr":
         jobs = [(cand, lr, 0) for lr in LRS for cand in CANDIDATES]
     else:
@@ -189,9 +242,13 @@ def report(_args) -> int:
             entry["meets_all"] = met(entry["seed_mean"]) == 3
     finished = [c for c, e in summary["candidates"].items() if "seed_mean" in e]
     eligible = [c for c in finished if summary["candidates"][c]["meets_all"]]
-    summary["chosen"] = (max(eligible, key=lambda c: (summary["candidates"][c]["seed_mean"]["peak_step"],
-                                                      summary["candidates"][c]["seed_mean"]["gain"]))
-                         if eligible and len(finished) == len(CANDIDATES) else None)
+    if CHOOSE == 1:
+        summary["chosen"] = (max(eligible, key=lambda c: (summary["candidates"][c]["seed_mean"]["peak_step"],
+                                                          summary["candidates"][c]["seed_mean"]["gain"]))
+                             if eligible and len(finished) == len(CANDIDATES) else None)
+    else:  # the largest seed-mean gains, ties by name
+        summary["chosen"] = (sorted(eligible, key=lambda c: (-summary["candidates"][c]["seed_mean"]["gain"], c))[:CHOOSE]
+                             if len(finished) == len(CANDIDATES) else None)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = ["| candidate | lr | curve | start | peak (step) | largest interval / gain | late | gradual | <= 0.9 |",
@@ -203,7 +260,13 @@ def report(_args) -> int:
                          f"{r['start']:.3f} | {r['peak']:.3f} ({r['peak_step']}) | {share} | "
                          f"{'yes' if r['peak_late'] else 'no'} | {'yes' if r['gradual'] else 'no'} | "
                          f"{'yes' if r['below_ceiling'] else 'no'} |")
-    lines.append(f"\nchosen: {summary['chosen'] or 'none yet' if len(finished) < len(CANDIDATES) else summary['chosen'] or 'none meets all three'}")
+    if CHOOSE == 1:
+        lines.append(f"\nchosen: {summary['chosen'] or 'none yet' if len(finished) < len(CANDIDATES) else summary['chosen'] or 'none meets all three'}")
+    elif summary["chosen"] is None:
+        lines.append("\nchosen: none yet")
+    else:
+        short = f" (only {len(summary['chosen'])} of the {CHOOSE} wanted meet all three)" if len(summary["chosen"]) < CHOOSE else ""
+        lines.append(f"\nchosen: {', '.join(summary['chosen']) or 'none meets all three'}{short}")
     (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(summary)
@@ -216,7 +279,8 @@ def plot(summary: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(CANDIDATES), figsize=(5 * len(CANDIDATES), 3.6), sharey=True)
+    fig, axes = plt.subplots(1, len(CANDIDATES), figsize=(5 * len(CANDIDATES), 3.6), sharey=True, squeeze=False)
+    axes = axes[0]
     for ax, (cand, entry) in zip(axes, summary["candidates"].items()):
         for label, r in entry["runs"].items():
             steps = sorted(r["curve"])
@@ -239,10 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run")
     r.add_argument("--jobs", type=int, default=2)
-    r.add_argument("--stage", choices=["lr", "seeds"], default="lr")
+    r.add_argument("--stage", choices=["lr", "seeds", "both"], default="lr", help="both: lr, then seeds")
+    r.add_argument("--round", choices=["first", "gym"], default="first")
     r.set_defaults(func=run)
-    sub.add_parser("report").set_defaults(func=report)
+    rep_ = sub.add_parser("report")
+    rep_.add_argument("--round", choices=["first", "gym"], default="first")
+    rep_.set_defaults(func=report)
     args = parser.parse_args(argv)
+    use_round(args.round)
     return args.func(args)
 
 

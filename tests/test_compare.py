@@ -85,9 +85,31 @@ def test_summary_hand_computed(tmp_path):
     assert grpo["per_seed"][0]["generation_s_per_step"] == 1.5 and grpo["per_seed"][0]["update_peak_memory_mb"] == 120
     assert grpo["per_seed"][0]["scoring_s_per_step"] == pytest.approx(0.15) and grpo["scoring_s_per_step"] == pytest.approx(0.15)
     assert grpo["per_seed"][0]["rollouts_per_step"] == 24 and pods["per_seed"][0]["rollouts_per_step"] == 16
+    # sensitivity, on the seed-mean curves GRPO 0.1, 0.4, 0.5, 0.6 and PODS 0.1, 0.5, 0.6, 0.6 (steps 0-3).
+    # Last 3: GRPO's final level 0.5. 80% of the gain: 0.42, GRPO at 1 + 0.02 / 0.1 = 1.2, PODS at
+    # 0.32 / 0.4 = 0.8 (ratio 2/3); 95%: 0.48 at 1.8 against 0.95. Last 5 (all four): final level 0.4,
+    # gain 0.3; the target is q * 0.3 above 0.1, GRPO's at step q, PODS's at q * 0.3 / 0.4: ratio 0.75
+    cells = {(c["q"], c["final_window"]): c for c in pods["sensitivity"]}
+    assert [cells[k]["step_ratio_to_gain"] for k in [(0.8, 3), (0.9, 3), (0.95, 3)]] == pytest.approx([2 / 3, 0.5625, 0.95 / 1.8])
+    assert [cells[q, 5]["step_ratio_to_gain"] for q in (0.8, 0.9, 0.95)] == pytest.approx([0.75] * 3)
+    assert cells[0.9, 3]["step_ratio_to_gain_ci95"] == pods["step_ratio_to_gain_ci95"] and cells[0.9, 3]["step_ratio_to_gain_never"] == 0
+    assert all(c["step_ratio_to_gain"] is None and c["step_ratio_to_gain_never"] == 2000 for c in ga["sensitivity"])
+    # per seed: both seeds 0.5625 against their own GRPO runs, so their geometric mean; GRPO-GA never
+    assert pods["step_ratio_to_gain_per_seed_geomean"] == pytest.approx(0.5625)
+    assert pods["step_ratio_to_gain_per_seed_geomean_ci95"] == pytest.approx([0.5625, 0.5625])
+    assert ga["step_ratio_to_gain_per_seed_geomean"] is None and ga["step_ratio_to_gain_per_seed_geomean_never"] == 2000
+    assert part["step_ratio_to_gain_per_seed_geomean"] == pytest.approx(0.5) and part["step_ratio_to_gain_per_seed_geomean_ci95"] is None
     write_reports(tmp_path, s)
     table = (tmp_path / "summary.md").read_text()
     assert "90% of its gain is 0.460, reached at step 1.6, 16 s of training" in table
+    assert "Sensitivity, not a second chance: the step ratio above is the figure, at 90% of GRPO's gain" in table
+    assert "| method | 80%, last 3 | 80%, last 5 | 90%, last 3 | 90%, last 5 | 95%, last 3 | 95%, last 5 |" in table
+    assert ("| pods | 0.67 [0.67–0.67] (never 0/2000) | 0.75 [0.75–0.75] (never 0/2000) | 0.56 [0.56–0.56] (never 0/2000) "
+            "| 0.75 [0.75–0.75] (never 0/2000) | 0.53 [0.53–0.53] (never 0/2000) | 0.75 [0.75–0.75] (never 0/2000) |") in table
+    assert "| grpo-ga | never [inf–inf] (never 2000/2000) |" in table
+    assert "| pods | 0.56, 0.56 | 0.56 [0.56–0.56] (never 0/2000) |" in table
+    assert "| grpo-ga | never, never | never [inf–inf] (never 2000/2000) |" in table
+    assert "| pods-part | 0.50 | 0.50 |" in table
     assert "| pods | 2 | 0.9 | 0.56 [0.56–0.56] (never 0/2000) | 18 | 0.89 [0.89–0.89] (never 0/2000) | 0.483 | +0.067 [+0.067–+0.067] |" in table
     assert "| grpo-ga | 2 | n/a | never [inf–inf] (never 2000/2000) |" in table
     assert "The paper's statistic: first reaches GRPO's seed-mean peak" in table

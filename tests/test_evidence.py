@@ -206,7 +206,7 @@ def test_the_confirmation_drivers_run_seeds_8_to_15_then_8_to_12_reusing_pods(ev
     config = yaml.safe_load((out_a / "pods-random" / "seed-9" / "config.yaml").read_text())
     assert (config["seed"], config["n"], config["m"], config["rule"], config["lr"], config["steps"]) == (9, 32, 8, "random", 1e-05, 60)
     assert (config["prompts_per_step"], config["task"]["test_size"], config["threads"]) == (4, 500, 1)
-    assert yaml.safe_load((out_a / "compare.yaml").read_text())["first_seed"] == 8
+    assert yaml.safe_load((out_a / "compare.yaml").read_text())["seeds"] == list(range(8, 16))
     calls.clear()
     assert evidence.run("confirm-b") == 0
     assert sorted(calls) == [("grpo-ga", s) for s in range(8, 13)]  # PODS's runs taken from confirm-a
@@ -291,6 +291,7 @@ def selection(monkeypatch, tmp_path):
     monkeypatch.setattr(module, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(module, "training_elsewhere", lambda out: False)
+    monkeypatch.setattr(module, "source_commit", lambda: "c0ffee" * 6 + "c0ff")  # the tests replace subprocess.run
     return module
 
 
@@ -346,3 +347,62 @@ def test_task_selection_damaged_metrics_line_is_one_line(selection, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and lines == [f"task_selection.py: error: {result / 'metrics.jsonl'}:2: not a podsrl log record "
                                    "(Expecting value)"]
+
+
+def test_task_selection_gym_round_trains_the_screenings_candidates_and_chooses_two_by_gain(selection, tmp_path,
+                                                                                           monkeypatch, capsys):
+    step0 = tmp_path / "candidates.json"
+    rows = [{"dataset": name, "max_new_tokens": tokens, "pass@1": 0.2} for name, tokens in [("a", 16), ("b", 32), ("c", 16)]]
+    step0.write_text(json.dumps({"screened": ["a", "b", "c"], "rows": rows}))
+    monkeypatch.setattr(selection, "STEP0", step0)
+    commands = []
+
+    def trainer(cmd, **kwargs):  # every run rises 0.1 -> 0.4 evenly (gain 0.3, peak at step 60)
+        commands.append(cmd)
+        out = next(a for a in cmd if a.startswith("output_dir=")).split("=", 1)[1]
+        (selection.Path(out) / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": s, "train_seconds": float(s), "eval_step": s, "eval_accuracy": 0.1 + 0.005 * s}) + "\n"
+            for s in range(0, selection.STEPS + 1, 5)))
+        (selection.Path(out) / "config.yaml").write_text("seed: 0\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(selection.subprocess, "run", trainer)
+    assert selection.main(["run", "--round", "gym", "--stage", "both", "--jobs", "1"]) == 0
+    assert len(commands) == 9  # 3 candidates: seed 0 at the one rate, then seeds 1 and 2
+    assert commands[1][4:7] == ["configs/screening_gym.yaml", "task.dataset=b", "rollout.max_new_tokens=32"]
+    kept = selection.RESULTS / "b" / "lr1e-5" / "seed-2"
+    assert selection.RESULTS == tmp_path / "results" / "gym" and (kept / "config.yaml").is_file()
+    commit, how, _ = (kept / "podsrl_commit.txt").read_text().split()
+    assert commit == "c0ffee" * 6 + "c0ff" and how == "started"
+    # b's seeds gain 0.4 evenly, c jumps to its peak at step 5 (neither late nor gradual): b and a chosen, the larger gain first
+    for seed in (0, 1, 2):
+        (selection.RESULTS / "b" / "lr1e-5" / f"seed-{seed}" / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": s, "eval_step": s, "eval_accuracy": 0.1 + 0.4 * s / 60}) + "\n" for s in range(0, 61, 5)))
+        (selection.RESULTS / "c" / "lr1e-5" / f"seed-{seed}" / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": s, "eval_step": s, "eval_accuracy": 0.1 if s == 0 else 0.8}) + "\n" for s in range(0, 61, 5)))
+    monkeypatch.setattr(selection, "plot", lambda summary: None)
+    capsys.readouterr()
+    assert selection.main(["report", "--round", "gym"]) == 0
+    summary = json.loads((selection.RESULTS / "summary.json").read_text())
+    assert summary["chosen"] == ["b", "a"] and not summary["candidates"]["c"]["meets_all"]
+    assert capsys.readouterr().out.strip().endswith("chosen: b, a")
+    # one candidate left meeting the conditions: it alone, said so
+    for seed in (0, 1, 2):
+        shutil.copy(selection.RESULTS / "c" / "lr1e-5" / f"seed-{seed}" / "metrics.jsonl",
+                    selection.RESULTS / "a" / "lr1e-5" / f"seed-{seed}" / "metrics.jsonl")
+    assert selection.main(["report", "--round", "gym"]) == 0
+    assert capsys.readouterr().out.strip().endswith("chosen: b (only 1 of the 2 wanted meet all three)")
+
+
+def test_task_selection_gym_round_before_the_screening_is_one_line(selection, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(selection, "STEP0", tmp_path / "candidates.json")
+    assert selection.main(["report", "--round", "gym"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the step-0 screening (benchmarks/gym_step0.py --all, then --candidates) has not finished" in err[0]
+
+
+def test_a_runs_commit_is_this_checkouts():
+    from podsrl.rundir import source_commit
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert source_commit().removesuffix("+dirty") == head

@@ -128,6 +128,62 @@ def test_percentile_interval_is_exact():
     assert stats.sample_sd([1.0, 3.0, None]) == pytest.approx(2 ** 0.5) and stats.sample_sd([1.0]) is None
 
 
+
+# reference: three seeds 0.0, 0.2, 0.4, 0.4, 0.4 at steps 0-40 (90% of the gain to the mean of the last
+# three, 0.36, at step 10 + 10 * 0.16 / 0.2 = 18). Method: two seeds reach 0.36 at step 9 (0.4 at step
+# 10), one at 30 + 10 * 0.06 / 0.1 = 36, rising 0.1 a step of 10: per-seed ratios 0.5, 0.5, 2.
+REFERENCE = [[(0, 0.0), (10, 0.2), (20, 0.4), (30, 0.4), (40, 0.4)]] * 3
+FAST, SLOW = [(0, 0.0), (10, 0.4), (20, 0.4), (30, 0.4), (40, 0.4)], [(0, 0.0), (10, 0.1), (20, 0.2), (30, 0.3), (40, 0.4)]
+
+
+def test_geometric_mean_of_ratios_under_weights_by_hand():
+    halves = np.array([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]])  # seed 0 twice, each once, seed 1 twice
+    assert stats.geometric_mean(np.array([0.5, 2.0]), halves) == pytest.approx([0.5, 1.0, 2.0])  # sqrt(0.5 * 2) = 1
+    # never: a draw holding ∞ is ∞; holding 0 and ∞ undefined; a seed neither reaches is left out
+    assert stats.geometric_mean(np.array([0.5, math.inf]), halves) == pytest.approx([0.5, math.inf, math.inf])
+    assert stats.geometric_mean(np.array([0.0, math.inf]), halves) == pytest.approx([0.0, math.nan, math.inf], nan_ok=True)
+    assert stats.geometric_mean(np.array([math.nan, 2.0]), halves) == pytest.approx([math.nan, 2.0, 2.0], nan_ok=True)
+    assert stats.geometric_mean(np.array([1.0, 8.0, 1.0]), np.full((1, 3), 1 / 3)) == pytest.approx([2.0])  # cube root of 8
+
+
+def test_per_seed_step_ratio_is_the_geometric_mean_of_each_seed_against_its_own_reference():
+    ratios, est = stats.per_seed_step_ratio(runs(*REFERENCE), runs(FAST, FAST, SLOW))
+    assert ratios == pytest.approx([0.5, 0.5, 2.0])
+    assert est.value == pytest.approx(0.5 ** (1 / 3))  # (0.5 * 0.5 * 2) ** (1/3) = 0.794; the arithmetic mean is 1
+    # a resample's mean is (0.5^a 2^b)^(1/3) with b the draws of the slow seed: 0.5, 2^(-1/3), 2^(1/3), 2.
+    # P(b = 0) = 8/27 and P(b = 3) = 1/27 both exceed 2.5%: the interval runs from 0.5 to 2
+    assert est.low == pytest.approx(0.5) and est.high == pytest.approx(2.0) and est.never == 0 and est.resamples == 2000
+    # the seed-mean curve 0.0, 0.3, 0.333, 0.367, 0.4 reaches 0.36 at step 20 + 10 * 0.0267 / 0.0333 = 28: 28 / 18
+    seed_mean = stats.compare_runs(runs(*REFERENCE), runs(FAST, FAST, SLOW))
+    assert seed_mean["step_ratio_to_gain"].value == pytest.approx(28 / 18)
+    # a seed that never reaches its target: the point is ∞, and so is every resample that drew it (19/27)
+    flat = [(0, 0.0), (10, 0.1), (20, 0.1), (30, 0.1), (40, 0.1)]
+    ratios, est = stats.per_seed_step_ratio(runs(*REFERENCE), runs(FAST, FAST, flat))
+    assert ratios == pytest.approx([0.5, 0.5, math.inf]) and est.value == math.inf
+    assert est.low == pytest.approx(0.5) and est.high == math.inf and 1300 < est.never < 1520  # 2000 * 19/27 = 1407
+    _, one = stats.per_seed_step_ratio(runs(REFERENCE[0]), runs(SLOW))
+    assert one.value == pytest.approx(2.0) and one.low is None
+
+
+def test_sensitivity_of_the_step_ratio_to_q_and_the_final_window_by_hand():
+    reference, method = runs(*REFERENCE), runs(FAST, FAST, SLOW)
+    cells = stats.sensitivity(reference, method)
+    assert set(cells) == {(q, w) for q in (0.8, 0.9, 0.95) for w in (3, 5)}
+    # window 3: the reference's final level 0.4. q = 0.8: 0.32 at 10 + 10 * 0.12 / 0.2 = 16; the
+    # method's seed-mean curve (0.0, 0.3, 0.333, 0.367, 0.4) at 10 + 10 * 0.02 / 0.0333 = 16: 1.
+    # q = 0.95: 0.38 at 19 against 30 + 10 * 0.0133 / 0.0333 = 34
+    assert cells[0.8, 3].value == pytest.approx(1.0)
+    assert cells[0.9, 3].value == pytest.approx(28 / 18)
+    assert cells[0.95, 3].value == pytest.approx(34 / 19)
+    # window 5 (all five evaluations): final level 0.28. q = 0.9: 0.252 at 10 + 10 * 0.052 / 0.2 =
+    # 12.6 against 10 * 0.252 / 0.3 = 8.4; q = 0.8 and 0.95 give 2/3 as well (both reached before step 10)
+    for q in (0.8, 0.9, 0.95):
+        assert cells[q, 5].value == pytest.approx(2 / 3)
+    # the comparison's own q and window is its figure: the same point, interval and resamples
+    est = stats.compare_runs(reference, method)
+    assert cells[0.9, 3] == est["step_ratio_to_gain"]
+    assert stats.sensitivity(runs(REFERENCE[0]), runs(SLOW))[0.9, 3].low is None
+
 def simulate(rng, seeds=8, slower=1.0):
     """Two methods on one true learning curve (``slower`` stretches the second's steps): each
     seed shares its step-0 evaluation, each run has a level of its own that grows with training

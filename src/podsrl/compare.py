@@ -518,7 +518,8 @@ paper's statistic under its earlier names)."""
 
 
 def _method_summary(runs: dict, m: str, reference: str, seeds: list[int], q: float, window: int) -> dict:
-    est = stats.compare_runs(run_curves(runs, reference, seeds), run_curves(runs, m, seeds), q, window)
+    ref_runs, method_runs = run_curves(runs, reference, seeds), run_curves(runs, m, seeds)
+    est = stats.compare_runs(ref_runs, method_runs, q, window)
     per_seed_figures = stats.each_seed(seed_curves(runs, reference, seeds), seed_curves(runs, m, seeds), q, window)
     per_seed = []
     for i, s in enumerate(seeds):
@@ -551,6 +552,15 @@ def _method_summary(runs: dict, m: str, reference: str, seeds: list[int], q: flo
                          "peak": ("step_ratio_vs_reference", "speedup_vs_reference")}.items():
         if math.isnan(est[f"steps_to_{target}"].value):  # its seed-mean curve never reaches it: no figure
             figures |= dict.fromkeys(keys)
+    geomean = stats.geometric_mean_estimate(per_seed_figures["step_ratio_to_gain"])  # each seed on its whole curves
+    figures |= _estimate(geomean, "step_ratio_to_gain_per_seed_geomean")
+    if math.isinf(geomean.value):  # a seed never reaches its own reference's target
+        figures["step_ratio_to_gain_per_seed_geomean"] = None
+    sensitivity = [{"q": cell_q, "final_window": cell_window, **_estimate(cell, "step_ratio_to_gain")}
+                   for (cell_q, cell_window), cell in stats.sensitivity(ref_runs, method_runs).items()]
+    for cell in sensitivity:
+        if cell["step_ratio_to_gain"] is not None and math.isinf(cell["step_ratio_to_gain"]):  # never reached
+            cell["step_ratio_to_gain"] = None
     return {
         "peak_accuracy": stats.mean_of([p["peak_accuracy"] for p in per_seed]),
         "final_accuracy": stats.mean_of([p["final_accuracy"] for p in per_seed]),
@@ -562,6 +572,7 @@ def _method_summary(runs: dict, m: str, reference: str, seeds: list[int], q: flo
         "time_to_reference_peak_s": _value(est["time_to_peak"].value),
         "steps_to_reference_peak": _value(est["steps_to_peak"].value),
         **figures,
+        "sensitivity": sensitivity,
         "bootstrap_resamples": est["steps_to_gain"].resamples,
         "rollouts_per_step": stats.mean_of([p["rollouts_per_step"] for p in per_seed]),
         **{k: stats.mean_of([p[k] for p in per_seed]) for k in SAMPLER_STATISTICS},
@@ -685,6 +696,7 @@ def markdown_table(summary: dict) -> str:
             f"{fmt(r['mean_accuracy_steps'], '.3f')} | {with_ci(r['mean_accuracy_steps_diff'], r['mean_accuracy_steps_diff_ci95'], spec='+.3f')} | "
             f"{fmt(r['mean_accuracy_time'], '.3f')} | {with_ci(r['mean_accuracy_time_diff'], r['mean_accuracy_time_diff_ci95'], spec='+.3f')} | "
             f"{fmt(r['final_level'], '.3f')} | {with_ci(r['final_level_diff'], r['final_level_diff_ci95'], spec='+.3f')} |")
+    lines += sensitivity_lines(summary, name, q, window)
     lines += [
         "", f"The paper's statistic: first reaches {name}'s seed-mean peak (the maximum of a noisy curve, biased upward; "
         "kept for comparison with the paper), with the step costs.\n",
@@ -717,6 +729,34 @@ def markdown_table(summary: dict) -> str:
     if summary.get("missing_runs"):
         lines.append(f"\nNot in the table (no run, or no evaluation yet): {', '.join(summary['missing_runs'])}.")
     return "\n".join(lines) + "\n"
+
+
+def sensitivity_lines(summary: dict, name: str, q: float, window: int) -> list[str]:
+    """The step ratio to gain at other q and final-level windows (sensitivity), and the per-seed
+    measure (secondary): two tables of the summary."""
+    shown = {m: r for m, r in summary["methods"].items() if r["per_seed"] and r.get("sensitivity")}
+    if not shown:
+        return []
+    cells = [(c["q"], c["final_window"]) for c in next(iter(shown.values()))["sensitivity"]]
+    lines = ["", f"Sensitivity, not a second chance: the step ratio above is the figure, at {q:.0%} of {name}'s gain "
+             f"and a final level over the last {window} evaluations. Here the same ratio at other fractions of the "
+             "gain and final-level windows, on the same resamples, shows how much it depends on those two choices.\n",
+             "| method | " + " | ".join(f"{cq:.0%}, last {cw}" for cq, cw in cells) + " |",
+             "|---|" + "---|" * len(cells)]
+    for m, r in shown.items():
+        n = r.get("bootstrap_resamples")
+        lines.append(f"| {m} | " + " | ".join(with_ci(c["step_ratio_to_gain"], c["step_ratio_to_gain_ci95"],
+                                                       c.get("step_ratio_to_gain_never"), n, none="never")
+                                              for c in r["sensitivity"]) + " |")
+    lines += ["", f"Per seed, a secondary figure: each seed's step ratio to {q:.0%} of its own {name} run's gain, and "
+              "their geometric mean with a 95% bootstrap interval over seeds (never: the resamples that drew a seed "
+              "that never reaches its target).\n",
+              "| method | per-seed step ratios | geometric mean [95% CI] |", "|---|---|---|"]
+    for m, r in shown.items():
+        ratios = ", ".join("never" if p["step_ratio_to_gain"] is None else fmt(p["step_ratio_to_gain"]) for p in r["per_seed"])
+        lines.append(f"| {m} | {ratios} | "
+                     f"{with_ci(r.get('step_ratio_to_gain_per_seed_geomean'), r.get('step_ratio_to_gain_per_seed_geomean_ci95'), r.get('step_ratio_to_gain_per_seed_geomean_never'), r.get('bootstrap_resamples'), none='never')} |")
+    return lines
 
 
 def plot(out: Path, summary: dict) -> None:

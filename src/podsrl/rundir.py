@@ -17,6 +17,7 @@ import fcntl
 import logging
 import os
 import shutil
+import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,6 +38,21 @@ OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl
 EARLIER_CONFIG = "config.before-step-{step:06d}.yaml"
 """The config a run was trained with up to a resume that changed it (``allow_config_change``)."""
 
+
+def source_commit() -> str:
+    """The git commit of the podsrl checkout this process imports, with ``+dirty`` where its tracked
+    files differ from it, for a run's folder to name the code that made it; ``unknown`` outside a
+    git checkout (an installed wheel)."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=30)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 def is_own(name: str) -> bool:
     """Whether podsrl writes a file or folder of this name into a run folder."""

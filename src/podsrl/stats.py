@@ -36,6 +36,17 @@ A run gives a :class:`Curve`: its held-out accuracy at its evaluations and its t
   50th smallest and the 97.5% point the 1950th). A resample in which the method never reaches the
   target gives a step ratio of ∞ and a speed-up of 0, and is counted as "never".
 - **Spreads** are sample standard deviations (ddof = 1).
+- **Sensitivity of the step ratio to gain**: the same figure (its seed-mean curves, its paired
+  bootstrap, the same resamples) at each ``q`` of :data:`SENSITIVITY_Q` and each final-level window
+  of :data:`SENSITIVITY_WINDOWS`. It shows how much the figure depends on those two choices; the
+  figure itself stays the one at the comparison's own ``q`` and window.
+- **Per-seed step ratio** (a secondary figure): each seed's steps to ``q`` of its own reference
+  run's gain over that run's (``W = I``), summarised by the geometric mean over seeds,
+  ``exp(mean(log r_s))``, with a bootstrap interval over seeds (a resample's geometric mean of the
+  seeds it drew, as often as it drew them). A seed on which the method never reaches the target
+  has ``r_s = ∞``, one on which only the reference never does ``r_s = 0``: a mean holding the one
+  is ∞ (counted as never), the other 0, both undefined; a seed on which neither reaches it is left
+  out.
 """
 
 from __future__ import annotations
@@ -50,6 +61,8 @@ WINDOW = 3
 """The evaluations whose mean is a curve's final level."""
 RESAMPLES = 2000
 LEVEL = 0.95
+SENSITIVITY_Q = (0.8, 0.9, 0.95)
+SENSITIVITY_WINDOWS = (3, 5)
 
 
 class Curve(NamedTuple):
@@ -269,6 +282,63 @@ def difference_between(reference: Runs, a: Runs, b: Runs, key: str = "mean_accur
     weights = bootstrap_weights(seeds, resamples, seed)
     return estimate(point, measures(reference, a, weights, q, window)[key] - measures(reference, b, weights, q, window)[key],
                     level=level)
+
+
+def sensitivity(reference: Runs, method: Runs, qs=SENSITIVITY_Q, windows=SENSITIVITY_WINDOWS, resamples: int = RESAMPLES,
+                level: float = LEVEL, seed: int = 0) -> dict[tuple[float, int], Estimate]:
+    """The step ratio to gain (:func:`measures`' ``step_ratio_to_gain``) at every ``q`` of ``qs``
+    and final-level window of ``windows``, each with its paired bootstrap interval on the same
+    resamples as :func:`compare_runs` (the cell at its ``q`` and window is its figure):
+    ``{(q, window): Estimate}``."""
+    seeds = len(method.accuracy)
+    uniform = np.full((1, seeds), 1.0 / seeds)
+    weights = bootstrap_weights(seeds, resamples, seed) if seeds > 1 and resamples > 0 else None
+    cells = {}
+    for q in qs:
+        for window in windows:
+            point = measures(reference, method, uniform, q, window)["step_ratio_to_gain"]
+            if weights is None:
+                cells[q, window] = estimate(point, None)
+                continue
+            resampled = measures(reference, method, weights, q, window)
+            cells[q, window] = estimate(point, resampled["step_ratio_to_gain"], np.isnan(resampled["steps_to_gain"]), level)
+    return cells
+
+
+def geometric_mean(ratios: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The geometric mean of per-seed ratios ``[S]`` (0 to ∞; NaN: undefined, left out) under each
+    row of ``weights [R, S]``: ``exp(sum_s w_s log r_s / sum_s w_s)`` over the defined seeds. A row
+    holding a ratio of ∞ (and none of 0) is ∞, one of 0 (and none of ∞) is 0, both: NaN; a row
+    with no defined seed: NaN."""
+    defined = ~np.isnan(ratios)  # [S]
+    with np.errstate(divide="ignore"):
+        logs = np.log(np.where(defined, ratios, 1.0))  # [S], ±∞ for ∞ and 0
+    w = np.where(defined, weights, 0.0)  # [R, S]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        terms = np.where(w > 0, w * logs, 0.0)  # a seed not drawn adds nothing, even at ±∞
+        return np.exp(terms.sum(1) / w.sum(1))
+
+
+def per_seed_step_ratio(reference: Runs, method: Runs, q: float = Q, window: int = WINDOW, resamples: int = RESAMPLES,
+                        level: float = LEVEL, seed: int = 0) -> tuple[np.ndarray, Estimate]:
+    """Each seed's step ratio to ``q`` of its own reference run's gain ([S]) and their geometric
+    mean with its interval (:func:`geometric_mean_estimate`)."""
+    seeds = len(method.accuracy)
+    ratios = measures(reference, method, np.eye(seeds), q, window)["step_ratio_to_gain"]  # [S]
+    return ratios, geometric_mean_estimate(ratios, resamples, level, seed)
+
+
+def geometric_mean_estimate(ratios: np.ndarray, resamples: int = RESAMPLES, level: float = LEVEL, seed: int = 0) -> Estimate:
+    """The geometric mean of per-seed ratios ([S]), with its bootstrap interval over seeds (the
+    resamples of :func:`bootstrap_weights`); ``never`` counts the resamples that drew a seed whose
+    ratio is infinite (the method never reaches its target)."""
+    seeds = len(ratios)
+    point = geometric_mean(ratios, np.full((1, seeds), 1.0 / seeds))
+    if seeds < 2 or resamples <= 0:
+        return estimate(point, None)
+    weights = bootstrap_weights(seeds, resamples, seed)
+    never = (weights[:, np.isinf(ratios)] > 0).any(1)
+    return estimate(point, geometric_mean(ratios, weights), never, level)
 
 
 def mean_of(values) -> float | None:
