@@ -119,11 +119,12 @@ def test_threads_sets_the_training_processs_threads(tiny_config):
         torch.set_num_threads(before)
 
 
-# The default run's final held-out accuracy moves with a CPU's rounding (one seed, curves that
-# decline after their peak): 0.905-0.990 over seeds 0-4 on the development machine, 0.735 for seed
-# 0 on another CPU with an earlier release. The README states the range; this bound holds on every
-# machine seen.
-DEFAULT_RUN_FLOOR = 0.70
+# The default run's final held-out accuracy moves with a seed and a CPU's rounding (one seed,
+# curves that decline after their peak): 0.61-0.965 over seeds 0-4 on the development machine with
+# the grader that pays a cut completion only for a complete marked answer (0.905-0.990 and 0.735
+# under earlier graders). The README states the range; this bound, from about 0.35 at step 0, says
+# the run learns.
+DEFAULT_RUN_FLOOR = 0.50
 
 
 @pytest.mark.slow

@@ -341,3 +341,11 @@ def test_gym_gold_containing_the_word_answer_is_not_cut(dataset, test_size):
     assert problem is not None, f"{dataset}: no held-out gold holds the word answer"
     written = [problem.answer, f"<answer>{problem.answer}</answer>"]
     assert _gym_scores(problem, written) == [1.0, 1.0], list(zip(written, _gym_scores(problem, written)))
+
+
+def test_an_echo_of_the_questions_numbers_is_no_answer():
+    """The numbers of the question written back, its digits inside a fraction included, state no
+    result; the same number after a result word does."""
+    question = "Harry slept 9 hours. James slept only 2/3 of what Harry slept. How many more hours?"
+    assert accuracy_reward(["9 2 3", "9 3", "2 3"], ["3"] * 3, question=[question] * 3) == [0.0] * 3
+    assert accuracy_reward(["So the difference is 3"], ["3"], question=[question]) == [1.0]

@@ -345,9 +345,10 @@ def copied(before: str, number: str, question: str) -> bool:
 
 
 def echoed(before: str, number: str, question: str) -> bool:
-    """Whether ``number`` is one of the ``question``'s numbers, written with no result before it
-    (``=``, ``is``, ``gives``, ... ending the text before it): ``17 25`` echoes "17 + 25"."""
-    values = {n.group().replace(",", "") for n in _NUMBER.finditer(question)}
+    """Whether ``number`` is one of the ``question``'s numbers (or a run of digits in it: the 3 of
+    its 2/3), written with no result before it (``=``, ``is``, ``gives``, ... ending the text
+    before it): ``17 25`` echoes "17 + 25"."""
+    values = {n.group().replace(",", "") for n in _NUMBER.finditer(question)} | set(re.findall(r"[0-9]+", question))
     return number in values and not _RESULT_CUE.search(_CLAUSE_END.split(before)[-1])
 
 
