@@ -498,9 +498,11 @@ def test_vllm_in_bfloat16_samples_from_the_pushed_float32_policy(policy):
 @needs_vllm
 def test_vllm_smoke_run(tmp_path):
     """A 2-step run of configs/smoke.yaml (2 prompts, n = 4, m = 2), its rollouts drawn in rounds
-    of m (adaptive_n): 4 to 8 rollouts a step, two per prompt and round."""
+    of m (adaptive_n): 4 to 8 rollouts a step, two per prompt and round. The reward differs between
+    completions whatever they say (8 tokens cut an answer short, which the accuracy reward pays
+    nothing), so that every step has a gradient."""
     result = train("rollout.engine=vllm", f"rollout.kv_cache_mb={KV_CACHE_MB}", "adaptive_n=true",
-                   f"output_dir={tmp_path / 'run'}")
+                   "rewards=[rewards_for_tests:varied]", f"output_dir={tmp_path / 'run'}")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
