@@ -174,7 +174,6 @@ def wrong_completions(p: dict, other: dict, dataset: str, rng: random.Random) ->
     return rows
 
 
-_PERCENT_QUESTION = re.compile(r"\bper\s?cent(?:age)?s?\b|%", re.IGNORECASE)
 FULLWIDTH = {str(d): chr(0xFF10 + d) for d in range(10)}
 ARABIC_INDIC = {str(d): chr(0x0660 + d) for d in range(10)}
 
@@ -222,8 +221,9 @@ def probe_completions(p: dict, wrong: str, dataset: str, rng: random.Random) -> 
                  ("unmarked_hedge", False, f"So the total is {w} or {g}", False),
                  ("unmarked_hedge", True, f"So the total is {g}", False)]
         if g not in ("0", "-0"):
-            asks = bool(_PERCENT_QUESTION.search(p["question"]))
-            rows.append(("percent", asks, f"The answer is {g}%.", False))  # 0.45 where no percentage is asked for
+            from podsrl.rewards.answers import asks_percent  # the contract's reading of the question
+
+            rows.append(("percent", asks_percent(p["question"]), f"The answer is {g}%.", False))  # 0.45 where no percentage is asked for
         numbers = [n.replace(",", "") for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?", p["question"])]
         if g in numbers and len(set(numbers)) > 1:
             echo = [n for n in dict.fromkeys(numbers) if n != g] + [g]

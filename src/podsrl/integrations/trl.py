@@ -45,16 +45,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 from torch import Tensor
 
 from podsrl.advantages import group_advantages
 from podsrl.downsample import RULES, select
+from podsrl.integrations import refuse_unsupported, supported_range
 from podsrl.loss_terms import importance_sampling_ratio
 from podsrl.quiet import quiet_known_warnings
 
 SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # tested: [low, high)
-SUPPORTED_TRL_RANGE = f"trl>={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]}"
+SUPPORTED_TRL_RANGE = supported_range("trl", SUPPORTED_TRL)
 INSTALL_HINT = "pip install 'podsrl[trl]'"
 
 quiet_known_warnings()  # before TRL imports deepspeed (where installed)
@@ -68,16 +69,7 @@ except ModuleNotFoundError as e:
 
 def check_trl_version(version: str) -> None:
     """Refuse a TRL version this integration was not tested with: it overrides TRL internals."""
-    low, high = SUPPORTED_TRL
-    try:
-        supported = low <= Version(version) < high
-    except InvalidVersion:
-        supported = False
-    if not supported:
-        raise ImportError(
-            f"podsrl.integrations.trl supports {SUPPORTED_TRL_RANGE} (the versions it is tested with); "
-            f"found trl {version}. Install a supported one: {INSTALL_HINT}"
-        )
+    refuse_unsupported("podsrl.integrations.trl", "trl", version, SUPPORTED_TRL, INSTALL_HINT)
 
 
 check_trl_version(trl.__version__)

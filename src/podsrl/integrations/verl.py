@@ -47,12 +47,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from podsrl.downsample import RULES, select
+from podsrl.integrations import refuse_unsupported, supported_range
 
 SUPPORTED_VERL = (Version("0.9.1"), Version("0.10"))  # tested: [low, high)
-SUPPORTED_VERL_RANGE = f"verl>={SUPPORTED_VERL[0]},<{SUPPORTED_VERL[1]}"
+SUPPORTED_VERL_RANGE = supported_range("verl", SUPPORTED_VERL)
 INSTALL_HINT = "pip install 'podsrl[verl]'"
 METRICS_PREFIX = "training/pods/"
 _ROOT = "....."  # from trainer.v1.sampler.sampler_kwargs up to the trainer's whole config
@@ -67,16 +68,7 @@ except ModuleNotFoundError as e:
 
 def check_verl_version(version: str) -> None:
     """Refuse a verl version this integration was not tested with: it builds on verl's replay buffer."""
-    low, high = SUPPORTED_VERL
-    try:
-        supported = low <= Version(version) < high
-    except InvalidVersion:
-        supported = False
-    if not supported:
-        raise ImportError(
-            f"podsrl.integrations.verl supports {SUPPORTED_VERL_RANGE} (the versions it is tested with); "
-            f"found verl {version}. Install a supported one: {INSTALL_HINT}"
-        )
+    refuse_unsupported("podsrl.integrations.verl", "verl", version, SUPPORTED_VERL, INSTALL_HINT)
 
 
 check_verl_version(verl.__version__)

@@ -260,8 +260,8 @@ def read(text: str, require_marker: bool = False, question: str | None = None, t
     - else the last answer line (a later one corrects an earlier one);
     - else, unless ``require_marker`` or ``truncated``, its :func:`stated_number`.
 
-    A final answer negated or retracted (:func:`retracted`) is no answer. ``truncated`` (cut at the length limit): only marks that
-    end before the cut count, and never an unmarked number."""
+    A final answer negated or retracted (:func:`retracted`) is no answer. ``truncated`` (cut at the
+    length limit): only marks that end before the cut count, and never an unmarked number."""
     text = without_code(text)
     found = [m for m in marks(text) if m.ends or not truncated]
     strong = [m for m in found if m.strong]

@@ -53,7 +53,8 @@ def cut_short(ids: list[int], max_new_tokens: int, eos_ids) -> bool:
 
 def cut_rows(r: Rollouts, max_new_tokens: int, eos_ids) -> list[bool]:
     """:func:`cut_short` of each of ``r``'s completions."""
-    return [cut_short(row[m.bool()].tolist(), max_new_tokens, eos_ids) for row, m in zip(r.completion_ids.cpu(), r.completion_mask.cpu())]
+    rows = zip(r.completion_ids.cpu(), r.completion_mask.cpu())
+    return [cut_short(ids[mask.bool()].tolist(), max_new_tokens, eos_ids) for ids, mask in rows]
 
 
 OnChunk = Callable[[int, list[str], list[list[int]]], None]
