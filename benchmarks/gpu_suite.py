@@ -27,7 +27,8 @@ CUDA GPU: looked at again on every invocation). With ``--max-minutes``, a unit s
 expected to end in time (from the longest finished unit of its kind, else a prior), and one still
 running at the limit is stopped and starts again next time. ``gpu_suite/environment.txt`` records
 the device and the versions. A run of step a starts only on the device its finished runs were trained on
-(their training clocks compare on one device alone). Exit status: 0 when every chosen step is done or skipped, 1 when a
+(their training clocks compare on one device alone) and under their grader (a hash of the grading code,
+recorded with each run's commit: what was paid must be the same for every run). Exit status: 0 when every chosen step is done or skipped, 1 when a
 unit failed, 2 on bad arguments, 3 when the time limit stopped it (run again to continue).
 
 On a GPU machine without network, ``benchmarks/gpu_wheels.py`` brings the Python packages podsrl
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import importlib.util
 import json
 import os
@@ -324,17 +326,32 @@ def missing(unit: Unit, cuda: bool) -> str | None:
     return f"needs the Python package(s) {', '.join(absent)} (not installed)" if absent else None
 
 
-def other_device(unit: Unit, state: State, device: str) -> str | None:
-    """Why a run of step a cannot run on this device: the step's finished runs were trained on
-    another, and runs on a training-clock budget compare only on one device. None if it can."""
+def grader_fingerprint() -> str:
+    """The grading code's fingerprint: a hash of ``src/podsrl/rewards/`` and ``src/podsrl/tasks/``
+    (what each run is paid and held out on). Step a's runs compare only under one grader."""
+    digest = hashlib.sha256()
+    for path in sorted((REPO / "src" / "podsrl" / "rewards").rglob("*.py")) + sorted((REPO / "src" / "podsrl" / "tasks").rglob("*.py")):
+        digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def other_device(unit: Unit, state: State, device: str, grader: str) -> str | None:
+    """Why a run of step a cannot run here: the step's finished runs were trained on another device
+    (runs on a training-clock budget compare only on one device) or under another grader (what
+    was paid must be the same for every run). None if it can."""
     if unit.kind != "a/run":
         return None
-    seen = sorted({u.get("device") for u in state.data["units"].values() if u.get("kind") == "a/run"
-                   and u.get("status") == "done"} - {None})
-    if not seen or device in seen:
-        return None
-    return (f"step a's finished runs were trained on {', '.join(seen)}, this is {device}: their training clocks "
-            "would not compare (run it there, or remove compare_gpu.new/ and the step's records to start over)")
+    done = [u for u in state.data["units"].values() if u.get("kind") == "a/run" and u.get("status") == "done"]
+    seen = sorted({u.get("device") for u in done} - {None})
+    start_over = "remove compare_gpu.new/ and the step's records to start over"
+    if seen and device not in seen:
+        return (f"step a's finished runs were trained on {', '.join(seen)}, this is {device}: their training clocks "
+                f"would not compare (run it there, or {start_over})")
+    graders = sorted({u.get("grader", "unrecorded") for u in done})
+    if graders and graders != [grader]:
+        return (f"step a's finished runs were graded by grader {', '.join(graders)}, this checkout's is {grader} "
+                f"(src/podsrl/rewards/ or tasks/ changed): their accuracies would not compare ({start_over})")
+    return None
 
 
 def run_command(command: list[str], log, output, timeout: float | None) -> tuple[int, bool]:
@@ -416,7 +433,7 @@ def run_unit(unit: Unit, state: State, suite: Path, env: dict, deadline: float |
             status, note = "failed", f"{e}; see {rel(log_path)}"
     seconds = time.monotonic() - start
     state.record(unit.key, kind=unit.kind, status=status, seconds=round(seconds, 1), note=note, device=env["device"],
-                 log=str(log_path.relative_to(suite.parent)))
+                 grader=env["grader"], commit=env["podsrl commit"], log=str(log_path.relative_to(suite.parent)))
     print(f"  {status} in {seconds / 60:.1f} min" + (f": {note}" if note else ""), flush=True)
     return status
 
@@ -458,6 +475,7 @@ def environment(cuda: bool) -> dict:
         env["podsrl commit"] = commit.stdout.strip() if commit.returncode == 0 else "unknown"
     except OSError:
         env["podsrl commit"] = "unknown (no git)"
+    env["grader"] = grader_fingerprint()
     from podsrl.rollout.hf import STATIC_MAX_ROWS  # torch and transformers alone
 
     bf16 = cuda and torch.cuda.is_bf16_supported()
@@ -530,7 +548,7 @@ def run(args) -> int:
         if waiting:
             print(f"[{unit.key}] waits for {', '.join(waiting)}", flush=True)
             continue
-        why = missing(unit, cuda) or other_device(unit, state, env["device"])
+        why = missing(unit, cuda) or other_device(unit, state, env["device"], env["grader"])
         if why:
             state.record(unit.key, kind=unit.kind, status="skipped", note=why, device=env["device"])
             print(f"[{unit.key}] skipped: {why}", flush=True)

@@ -39,9 +39,9 @@ def test_gpu_suite_dry_run_runs_every_step_and_resumes(tiny_model_dir, tmp_path,
     suite = suite_module()  # invocations that start no unit run in this process
     results = tmp_path / "results"
     model = f"model.name_or_path={tiny_model_dir}"
-    # the committed comparison (void) is there: the suite must not take its runs as finished
+    # a folder of earlier runs is there: the suite must not take its runs as finished
     void = results / "compare_gpu" / "grpo" / "seed-0"
-    shutil.copytree(REPO / "benchmarks" / "results" / "compare_gpu" / "grpo" / "seed-0", void)
+    shutil.copytree(REPO / "benchmarks" / "results" / "compare_gpu_earlier_grader" / "grpo" / "seed-0", void)
     void_metrics = (void / "metrics.jsonl").read_text()
     (results / "compare_gpu" / "grpo-ga" / "seed-3").mkdir(parents=True)
 
@@ -259,10 +259,41 @@ def test_runs_of_the_headline_start_only_on_the_device_of_its_finished_runs(tmp_
     state = suite.State(tmp_path / "state.json", {"x": 1})
     run = suite.Unit("a/pods/seed-1", "a/run", prior_s=300.0)
     tests = suite.Unit("b/tests/test_x.py", "b/tests", prior_s=60.0)
-    assert suite.other_device(run, state, "NVIDIA H100 80GB HBM3") is None  # nothing has run yet
-    state.record("a/grpo/seed-0", kind="a/run", status="done", seconds=160.0, device="NVIDIA H200")
-    state.record("a/pods/seed-0", kind="a/run", status="failed", seconds=10.0, device="NVIDIA H100 80GB HBM3")
-    why = suite.other_device(run, state, "NVIDIA H100 80GB HBM3")
+    assert suite.other_device(run, state, "NVIDIA H100 80GB HBM3", "g1") is None  # nothing has run yet
+    state.record("a/grpo/seed-0", kind="a/run", status="done", seconds=160.0, device="NVIDIA H200", grader="g1")
+    state.record("a/pods/seed-0", kind="a/run", status="failed", seconds=10.0, device="NVIDIA H100 80GB HBM3", grader="g1")
+    why = suite.other_device(run, state, "NVIDIA H100 80GB HBM3", "g1")
     assert why and "NVIDIA H200" in why and "this is NVIDIA H100 80GB HBM3" in why
-    assert suite.other_device(run, state, "NVIDIA H200") is None
-    assert suite.other_device(tests, state, "NVIDIA H100 80GB HBM3") is None  # other steps run anywhere
+    assert suite.other_device(run, state, "NVIDIA H200", "g1") is None
+    assert suite.other_device(tests, state, "NVIDIA H100 80GB HBM3", "g1") is None  # other steps run anywhere
+
+
+def test_runs_of_the_headline_start_only_under_the_grader_of_its_finished_runs(tmp_path):
+    """A change to the grading code between sessions would mix runs paid by two graders in one
+    table: step a's runs wait for the grader its finished runs had (a record without one, from
+    before graders were recorded, is another grader); other steps run."""
+    suite = suite_module()
+    state = suite.State(tmp_path / "state.json", {"x": 1})
+    run = suite.Unit("a/grpo/seed-2", "a/run", prior_s=300.0)
+    state.record("a/grpo/seed-0", kind="a/run", status="done", seconds=160.0, device="NVIDIA H200", grader="g1")
+    assert suite.other_device(run, state, "NVIDIA H200", "g1") is None
+    why = suite.other_device(run, state, "NVIDIA H200", "g2")
+    assert why and "grader g1" in why and "is g2" in why and "start over" in why
+    state.record("a/pods/seed-0", kind="a/run", status="done", seconds=160.0, device="NVIDIA H200")  # unrecorded
+    assert "unrecorded" in suite.other_device(run, state, "NVIDIA H200", "g1")
+    assert suite.other_device(suite.Unit("c/memory", "c/memory", prior_s=60.0), state, "NVIDIA H200", "g2") is None
+
+
+def test_the_grader_fingerprint_follows_the_grading_code(tmp_path, monkeypatch):
+    """The fingerprint is of the files under rewards/ and tasks/: it changes when one of them does,
+    and not when another part of the package does."""
+    suite = suite_module()
+    for name in ("rewards", "tasks", "rollout"):
+        (tmp_path / "src" / "podsrl" / name).mkdir(parents=True)
+        (tmp_path / "src" / "podsrl" / name / "x.py").write_text("A = 1\n")
+    monkeypatch.setattr(suite, "REPO", tmp_path)
+    first = suite.grader_fingerprint()
+    (tmp_path / "src" / "podsrl" / "rollout" / "x.py").write_text("A = 2\n")
+    assert suite.grader_fingerprint() == first
+    (tmp_path / "src" / "podsrl" / "tasks" / "x.py").write_text("A = 2\n")
+    assert suite.grader_fingerprint() != first
