@@ -189,3 +189,12 @@ def spawns(completions, pid_file, **_):
 # the ranges declared for adaptive_n (podsrl.rewards.bounded)
 for _fn in (varied, gated, text_length, varied_on_rank_zero, constant_on_even):
     _fn.bounds = (0.0, 1.0)
+
+
+def fails_in_worker(completions, completion_ids, **_):
+    """``varied``, except in the generation worker of ``async_lag``, where it raises."""
+    import multiprocessing
+
+    if multiprocessing.current_process().name == "podsrl-generation":
+        raise RuntimeError("this reward fails in the generation worker")
+    return varied(completions, completion_ids)

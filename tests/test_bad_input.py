@@ -831,8 +831,9 @@ def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_
     (["rollout.kv_cache_mb=64"], "rollout.kv_cache_mb=64 applies only with rollout.engine=vllm"),
     (["rollout.dtype=bfloat16"], "rollout.dtype=bfloat16 applies only with rollout.engine=vllm, not with rollout.engine=hf"),
     (["vllm_importance_sampling_correction=false"],
-     "vllm_importance_sampling_correction=false applies only with rollout.engine=vllm, not with rollout.engine=hf"),
-    (["vllm_importance_sampling_cap=2.0"], "vllm_importance_sampling_cap=2.0 applies only with rollout.engine=vllm"),
+     "vllm_importance_sampling_correction=false applies only with rollout.engine=vllm or async_lag >= 1 (a sampler "
+     "that is not the trained policy), not with rollout.engine=hf"),
+    (["vllm_importance_sampling_cap=2.0"], "vllm_importance_sampling_cap=2.0 applies only with rollout.engine=vllm or async_lag >= 1"),
     (["adaptive_n=true", "rule=max_reward"], "adaptive_n needs rule=max_variance (it stops a prompt once max-variance "
                                              "selection's m rewards are settled; rule=max_reward selects from all n)"),
     (["adaptive_n=true", "rule=percentile"], "adaptive_n needs rule=max_variance"),
@@ -1101,6 +1102,7 @@ def parent_of(pid: int) -> int | None:
     (["adaptive_n=true"], "plan models one generate call of n rollouts per prompt a step; adaptive_n changes how many"),
     (["dynamic_sampling=true"], "dynamic_sampling changes how many are generated, so leave it at its default for plan"),
     (["prompt_filter=history"], "prompt_filter changes how many"),
+    (["async_lag=1"], "plan predicts the synchronous step, generation then update; async_lag=1 overlaps them"),
     (["--generate", "4"], "--generate needs two or more different sizes, each >= 2, got [4]"),
     (["--generate", "1,4"], "--generate needs two or more different sizes, each >= 2, got [1, 4]"),
     (["--generate", "4,x"], "argument --generate: expected whole numbers separated by commas, got '4,x'"),

@@ -20,6 +20,7 @@ import torch
 
 from podsrl import sharding
 from podsrl.errors import PodsError, first_line, interrupts_deferred, os_reason
+from podsrl.pipeline import PENDING
 
 DEEPSPEED, DEEPSPEED_TAG = "deepspeed", "state"
 """Under DeepSpeed the optimizer state is saved by DeepSpeed, one partition per rank, in
@@ -148,6 +149,9 @@ def save_checkpoint(s, step: int, keep: int = 1, with_optimizer: bool = True) ->
     root = s.output_dir / "checkpoints"
     final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
     error = None
+    # the sampler's state first: an async sampler waits for the steps it generates ahead (and says
+    # so if its worker fails meanwhile, before anything is written)
+    sampling = s.sampler.state_dict() if acc.is_main_process else None
     if acc.is_main_process:
         try:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -176,8 +180,12 @@ def save_checkpoint(s, step: int, keep: int = 1, with_optimizer: bool = True) ->
                         torch.save(optimizer, f)
                 part = "trainer_state.json"
                 state = {"step": step, "train_seconds": s.train_seconds, "train_cpu_seconds": s.train_cpu_seconds,
-                         "sampling": s.sampler.state_dict(),
+                         "sampling": sampling,
                          "optimizer": with_optimizer}
+                if hasattr(s.sampler, "save_pending"):  # async_lag: the rollouts generated for the coming steps
+                    part = PENDING
+                    s.sampler.save_pending(tmp / PENDING)
+                    part = "trainer_state.json"
                 (tmp / part).write_text(json.dumps(state))
                 part = ""
                 shutil.rmtree(final, ignore_errors=True)

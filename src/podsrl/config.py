@@ -244,8 +244,11 @@ class Config:
     """rollout.engine=vllm: weight each token's loss by the ratio π_old / μ of the policy's
     probability to vLLM's (other kernels, often another precision: bf16, CUDA graphs), as TRL
     does, per token or per sequence and truncated or masked at the cap
-    (``vllm_importance_sampling_mode``); its mean and the share of tokens past the cap are logged
-    (``sampling_ratio``, ``sampling_clipped``). The HF engine samples from the policy itself."""
+    (``vllm_importance_sampling_mode``); its mean, the share of tokens past the cap, and the
+    ratio's least and greatest values before the cap (per token or per sequence, as the mode) are logged (``sampling_ratio``,
+    ``sampling_clipped``, ``sampling_ratio_min``, ``sampling_ratio_max``). With ``async_lag`` the
+    same correction, μ the lagged policy that sampled. The HF engine of a synchronous run samples
+    from the policy itself."""
     vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "sequence_mask"
     """How that ratio is formed (TRL's names and default): per token or of the whole sequence (the
     product of its tokens' ratios); past the cap truncated to it, or masked (weight 0)."""
@@ -300,6 +303,17 @@ class Config:
     ``eval_completions.jsonl`` (``podsrl eval`` prints them); 0: off."""
     progress: bool = True
     """Show a progress bar of the steps (main process only)."""
+    async_lag: int = 0
+    """Generate while the trainer updates (:mod:`podsrl.pipeline`): step t's rollouts are sampled,
+    in a worker process with its own weights, from the policy k = ``async_lag`` updates before the
+    one that trains on them (after update max(0, t - 1 - k)); 0 is the synchronous trainer, which
+    samples each step from the policy it updates. The update corrects for the lag with the
+    importance ratio of ``vllm_importance_sampling_correction`` (on by default). A fixed lag, not
+    a best-effort stream: runs are reproducible and resume exactly. Runs on one process, with the
+    HF engine and top_p = 1 (refused otherwise, saying why)."""
+    async_worker_threads: int | None = None
+    """With ``async_lag`` >= 1, the generation worker's CPU threads; default: half the cores (at
+    least one). The trainer then takes ``threads``, else the cores the worker leaves."""
     threads: int | None = None
     """Threads of the training (or ``podsrl eval``'s) process's CPU kernels (torch's intra-op
     threads); default: torch's own (one per core, or ``OMP_NUM_THREADS``). On a CPU shared with
@@ -510,6 +524,19 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
              "declares none (set its bounds attribute to (lowest, highest))")
     need(c.reward_timeout_s > 0, "reward_timeout_s must be > 0")
     need(c.threads is None or c.threads >= 1, f"threads must be >= 1, got {c.threads}")
+    need(c.async_lag >= 0, f"async_lag must be >= 0 (0: synchronous), got {c.async_lag}")
+    need(c.async_worker_threads is None or c.async_worker_threads >= 1,
+         f"async_worker_threads must be >= 1, got {c.async_worker_threads}")
+    if c.async_lag:
+        need(c.rollout.engine == "hf", f"async_lag={c.async_lag} with rollout.engine={c.rollout.engine}: the generation "
+             "worker runs the HF engine only for now; use rollout.engine=hf or async_lag=0")
+        need(not c.model.load_in_4bit, f"async_lag={c.async_lag} with model.load_in_4bit: the generation worker loads "
+             "full-precision weights only for now; use async_lag=0")
+        need(c.rollout.top_p == 1.0, f"async_lag={c.async_lag} with rollout.top_p={c.rollout.top_p}: the importance ratio "
+             "of a truncated sampler needs the trained policy's mass on the sampler's nucleus (trl#6789), which the "
+             "worker does not yet return; use rollout.top_p=1.0")
+        need(c.clock == "wall", f"async_lag={c.async_lag} with clock=cpu: the CPU clock counts the training process's "
+             "CPU seconds, and the generation worker's would not count; use clock=wall")
     need(c.reward_wall_timeout_s >= c.reward_timeout_s, "reward_wall_timeout_s must be >= reward_timeout_s")
     need(c.reward_memory_mb >= 0, f"reward_memory_mb must be >= 0 (0: no cap), got {c.reward_memory_mb}")
     need(c.reward_memory_mb == 0 or c.reward_workers != 0,
@@ -569,7 +596,10 @@ VLLM_ONLY = ("rollout.gpu_memory_utilization", "rollout.kv_cache_mb", "rollout.s
 """Settings of the vLLM engine (and of the correction for its sampling): the HF engine samples
 from the policy itself, so with it they would be recorded and do nothing."""
 APPLIES_WITH = (  # (keys, what they need, the key that decides, whether this config has it)
-    (VLLM_ONLY, "rollout.engine=vllm", "rollout.engine", lambda c: c.rollout.engine == "vllm"),
+    (VLLM_ONLY[:4], "rollout.engine=vllm", "rollout.engine", lambda c: c.rollout.engine == "vllm"),
+    (VLLM_ONLY[4:], "rollout.engine=vllm or async_lag >= 1 (a sampler that is not the trained policy)", "rollout.engine",
+     lambda c: c.rollout.engine == "vllm" or c.async_lag > 0),
+    (("async_worker_threads",), "async_lag >= 1", "async_lag", lambda c: c.async_lag > 0),
     (("rollout.batch_size", "rollout.share_prompt_cache", "rollout.decoder"), "rollout.engine=hf",
      "rollout.engine", lambda c: c.rollout.engine == "hf"),
     (("model.lora_alpha", "model.lora_dropout", "model.lora_target_modules"), "LoRA (model.lora_r > 0)",
@@ -676,7 +706,7 @@ def _check_trackers(names: list[str]) -> None:
 
 
 NOT_RESULTS = frozenset({"output_dir", "resume", "allow_config_change", "progress", "report_to", "log_completions",
-                         "save_every", "save_optimizer", "threads"})
+                         "save_every", "save_optimizer", "threads", "async_worker_threads"})
 """Settings that change where and how a run reports, not what it trains or measures."""
 MAPPINGS = ("task.config.",)
 """Fields that hold a mapping of the user's keys: a key dropped from one is a change too."""

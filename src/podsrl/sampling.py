@@ -119,6 +119,16 @@ class Sampler:
     def state_dict(self) -> dict:
         return {"consumed": self.consumed, "history": self.history, "keep": self.keep}
 
+    def policy_updated(self, model, version: int) -> None:
+        """The policy has had ``version`` updates: the engine samples from it already (see
+        :class:`podsrl.pipeline.AsyncSampler` for a sampler that lags)."""
+
+    def step_metrics(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
     def step_groups(self, step: int) -> Groups:
         """This process's groups of ``step``: prompts drawn, rollouts generated and scored."""
         c, rank = self.c, self.acc.process_index

@@ -48,6 +48,7 @@ from podsrl.evaluate import evaluate
 from podsrl.logprobs import completion_logprobs, lean_head
 from podsrl.loss import policy_loss
 from podsrl.memory import PeakMemory
+from podsrl.pipeline import AsyncSampler, trainer_threads
 from podsrl.rewards import load_reward
 from podsrl.rewards.scorer import Scorer
 from podsrl.rollout import Rollouts, check_engine, make_engine
@@ -116,14 +117,17 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     """Validate what the user gave (data, rewards) before touching output_dir; then hold the run
     folder (locked for this run) while the model loads."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
-    if c.threads:
-        torch.set_num_threads(c.threads)
+    if c.threads or c.async_lag:
+        torch.set_num_threads(trainer_threads(c) if c.async_lag else c.threads)
     if accelerator is None:
         accelerator = make_accelerator(c, output_dir)
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
         output_dir = Path(broadcast_object_list([str(output_dir)])[0])
+    if c.async_lag and accelerator.num_processes > 1:
+        raise PodsError(f"async_lag={c.async_lag} runs on one process ({accelerator.num_processes} were launched): its "
+                        "generation worker does not yet serve several; launch one process, or set async_lag=0")
     if c.prompts_per_step % accelerator.num_processes:
         raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
     check_engine(c.rollout.engine, c.rollout, autocast=accelerator.mixed_precision != "no")
@@ -205,8 +209,11 @@ def load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: r
             log.warning("%s holds no optimizer state (save_optimizer): the optimizer starts afresh", resume_from)
         s.start_step, s.train_seconds = state["step"], state["train_seconds"]
         s.train_cpu_seconds = state.get("train_cpu_seconds", 0.0)  # older checkpoints: from here
-    s.sampler = Sampler(c, task, s.engine, scorer, tokenizer, s.system_prompt, accelerator, state.get("sampling"),
-                        s.start_step)
+    if c.async_lag:  # generation in a worker process, async_lag steps ahead
+        s.sampler = AsyncSampler(c, accelerator.unwrap_model(model), state.get("sampling"), s.start_step, resume_from)
+    else:
+        s.sampler = Sampler(c, task, s.engine, scorer, tokenizer, s.system_prompt, accelerator, state.get("sampling"),
+                            s.start_step)
     return s
 
 
@@ -312,6 +319,7 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
                 old[part] = forward(rows[part], model).to(old.dtype)
     totals = dict.fromkeys(("loss", "clip_low", "clip_high", "clip_region", "kl", "sampling_ratio", "sampling_clipped",
                             "weighed", "grad_norm"), 0.0)
+    extremes = [math.inf, -math.inf]  # the least and greatest per-token sampler ratio, before any cap
     # c. num_iterations optimizer steps over the same rollouts
     for iteration in range(c.num_iterations):
         torch.manual_seed(step_seed(c.seed, step, -2 - iteration))  # dropout
@@ -336,6 +344,9 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
                 sharding.backward(acc, model, loss * weight, last=sync)
             if weight:
                 _add_stats(totals, loss, stats)
+                if sampler_logp is not None and iteration == 0:
+                    _add_extremes(extremes, (old[part] if old is not None else logp.detach()), sampler_logp[r, :C], cmask,
+                                  c.vllm_importance_sampling_mode.startswith("sequence"))
         grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
         s.optimizer.step()
         totals["grad_norm"] += float(grad_norm) if grad_norm is not None else math.nan
@@ -348,12 +359,17 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
         acc, [totals[k] for k in keys] + [float(mask.sum()) * c.num_iterations, float(max(skipped, 0))])))
     tokens, mu = max(summed["tokens"], 1.0), c.num_iterations
     corrected = sampler_logp is not None
+    if corrected and acc.num_processes > 1:
+        extremes = [float(acc.gather(torch.tensor([-extremes[0], extremes[1]], device=acc.device)).view(-1, 2).max(0)
+                          .values[i]) * sign for i, sign in ((0, -1.0), (1, 1.0))]
     return {
         "loss": summed["loss"] / acc.num_processes / mu,
         "clip_ratio/low_mean": summed["clip_low"] / tokens, "clip_ratio/high_mean": summed["clip_high"] / tokens,
         "clip_ratio/region_mean": summed["clip_region"] / tokens, "kl": summed["kl"] / tokens,
         "sampling_ratio": summed["sampling_ratio"] / max(summed["weighed"], 1.0) if corrected else None,
         "sampling_clipped": summed["sampling_clipped"] / max(summed["weighed"], 1.0) if corrected else None,
+        "sampling_ratio_min": extremes[0] if corrected and math.isfinite(extremes[0]) else None,
+        "sampling_ratio_max": extremes[1] if corrected and math.isfinite(extremes[1]) else None,
         "grad_norm": totals["grad_norm"] / mu if c.max_grad_norm > 0 else None,
         "trained_sequences": len(rows) * acc.num_processes, "trained_tokens": int(summed["tokens"] / mu),
         "micro_batches": len(batches.parts), "skipped_zero_advantage": int(summed["skipped"]),
@@ -367,6 +383,16 @@ def _add_stats(totals: dict, loss: torch.Tensor, stats) -> None:
     for key in ("clip_low", "clip_high", "clip_region", "kl", "sampling_ratio", "sampling_clipped"):
         totals[key] += float(getattr(stats, key)) * w
     totals["weighed"] += w
+
+
+def _add_extremes(extremes: list[float], old: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor,
+                  per_sequence: bool) -> None:
+    """Widen ``[least, greatest]`` by one micro-batch's sampler ratios π_old / μ, before any cap:
+    each token's, or ``per_sequence`` each sequence's (the product of its tokens')."""
+    log_ratio = (old.detach().float() - sampler.to(old.device).float()) * mask
+    ratio = log_ratio.sum(-1).exp()[mask.any(-1)] if per_sequence else log_ratio.exp()[mask.bool()]
+    if len(ratio):
+        extremes[0], extremes[1] = min(extremes[0], float(ratio.min())), max(extremes[1], float(ratio.max()))
 
 
 def loss_params(c: Config) -> dict:
@@ -412,6 +438,8 @@ def train(c: Config, accelerator: Accelerator | None = None) -> Path:
                                                 s.run.kept(c.save_every)]))) from None
     finally:
         s.scorer.close()  # the reward workers end with the run
+        if s.sampler is not None:
+            s.sampler.close()  # and the generation worker
     s.run.release()
     return out
 
@@ -476,6 +504,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
         # 6. num_iterations optimizer steps over the selected rollouts
         with PeakMemory(acc.device) as mem:
             stats = update(s, c, groups.rollouts, chosen, step)
+        s.sampler.policy_updated(acc.unwrap_model(s.model), step)  # an async sampler gets the new weights
         t4 = time.perf_counter()
         s.train_seconds += t4 - t0
         s.train_cpu_seconds += time.process_time() - cpu0
@@ -491,6 +520,7 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             **{f"scored_reward/{k}": v for k, v in _mean_over_ranks(acc, groups.reward_means).items()},
             **_lengths(acc, groups.rollouts.completion_mask, chosen.rows),
             **_sampling_counts(acc, c, groups.counts),
+            **s.sampler.step_metrics(),
             **stats,
             "update_peak_memory_mb": mem.peak_mb, "update_memory_delta_mb": mem.delta_mb,
         }

@@ -77,11 +77,19 @@ def row_uniforms(seeds: torch.Tensor, position: int) -> torch.Tensor:
     return (h.double() + 0.5) / 2.0**32
 
 
-def sample_rows(logits: torch.Tensor, seeds: torch.Tensor, position: int, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+def sample_rows(logits: torch.Tensor, seeds: torch.Tensor, position: int, temperature: float, top_p: float = 1.0,
+                with_logp: bool = False):
     """Tokens ``[B]`` drawn from ``softmax(logits / temperature)`` (top-p truncated) by inverse CDF
-    at each row's :func:`row_uniforms`; ``temperature <= 0`` is greedy."""
+    at each row's :func:`row_uniforms`; ``temperature <= 0`` is greedy. ``with_logp``: also each
+    token's log-probability under ``softmax(logits / temperature)``, the full distribution, as a
+    trainer's forward computes it (the log-probs the sampled tokens had)."""
     if temperature <= 0:
-        return logits.argmax(-1)
+        token = logits.argmax(-1)
+        return (token, torch.zeros(len(token), device=logits.device)) if with_logp else token
+    if with_logp:
+        token = sample_rows(logits, seeds, position, temperature, top_p)
+        logp = torch.log_softmax(logits.float() / temperature, -1).gather(-1, token.unsqueeze(-1)).squeeze(-1)
+        return token, logp
     probs = torch.softmax(logits.float() / temperature, -1)  # [B, V]
     if top_p < 1.0:
         sorted_p, order = probs.sort(-1, descending=True)
@@ -117,13 +125,17 @@ class RowSampler(LogitsProcessor):
     runs under greedy decoding. ``prompt_width`` is the (padded) prompt length of the call, so that
     the t-th new token of a row is drawn at position t whatever its batch."""
 
-    def __init__(self, seeds: list[int], temperature: float, top_p: float, prompt_width: int = 0):
+    def __init__(self, seeds: list[int], temperature: float, top_p: float, prompt_width: int = 0, record_logp: bool = False):
         self.seeds = row_seed_tensor(seeds)
         self.temperature, self.top_p, self.prompt_width = temperature, top_p, prompt_width
+        self.logps: list[torch.Tensor] | None = [] if record_logp else None  # [B] per new token
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         position = input_ids.shape[1] - self.prompt_width
-        token = sample_rows(scores, self.seeds, position, self.temperature, self.top_p)
+        token = sample_rows(scores, self.seeds, position, self.temperature, self.top_p, with_logp=self.logps is not None)
+        if self.logps is not None:
+            token, logp = token
+            self.logps.append(logp)
         return torch.full_like(scores, float("-inf")).scatter(-1, token.unsqueeze(-1), 0.0)
 
 
@@ -178,7 +190,8 @@ class HFEngine:
     """
 
     def __init__(self, model, tokenizer, top_p: float = 1.0, batch_size: int | None = None,
-                 share_prompt_cache: bool = True, decoder: str = "auto", autocast: bool = False):
+                 share_prompt_cache: bool = True, decoder: str = "auto", autocast: bool = False,
+                 record_logp: bool = False):
         if decoder not in DECODERS:
             raise ValueError(f"unknown decoder {decoder!r}; known: {', '.join(DECODERS)}")
         self.static_ok = static_allowed(decoder, autocast)
@@ -190,6 +203,9 @@ class HFEngine:
         self.share_prompt_cache = share_prompt_cache
         self.decoder = decoder
         self.eos_ids = eos_token_ids(model, tokenizer)
+        self.record_logp = record_logp
+        """Return each sampled token's log-probability at the sampling temperature
+        (``Rollouts.sampler_logp``), for a trainer whose policy is not this model (``async_lag``)."""
 
     def sync_weights(self) -> None:  # the same module: nothing to copy
         pass
@@ -228,28 +244,29 @@ class HFEngine:
         for first in range(0, len(prompts), per_call):
             rows = slice(first * n, (first + per_call) * n)
             if static:
-                ids, mask = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
+                ids, mask, logp = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
                                            row_seeds[rows], cache_implementation="static")
             else:
                 chunk = (enc["input_ids"][first : first + per_call].to(device),
                          enc["attention_mask"][first : first + per_call].to(device))
                 cache, cache_mask = self._prompt_cache(*chunk, n, share_prefix=decoder == "loop")
                 if decoder == "loop" and hasattr(cache, "batch_select_indices"):
-                    ids, mask = self._decode(prompt_ids[rows], cache_mask, temperature, max_new_tokens, row_seeds[rows], cache)
+                    ids, mask, logp = self._decode(prompt_ids[rows], cache_mask, temperature, max_new_tokens, row_seeds[rows], cache)
                 else:
                     if decoder == "loop" and cache is not None:  # a cache that cannot drop rows: generate
                         cache, _ = self._prompt_cache(*chunk, n)  # from one without a shared prefix
-                    ids, mask = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
-                                               row_seeds[rows], cache)
-            chunks.append((ids, mask))
+                    ids, mask, logp = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
+                                                     row_seeds[rows], cache)
+            chunks.append((ids, mask, logp))
             texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
             if on_chunk is not None:
                 on_chunk(first, texts[rows], [row[m.bool()].tolist() for row, m in zip(ids.cpu(), mask.cpu())])
         self.model.train(was_training)
-        width = max(ids.shape[1] for ids, _ in chunks)
-        completion_ids = torch.cat([F.pad(ids, (0, width - ids.shape[1]), value=pad) for ids, _ in chunks])  # [N, C]
-        completion_mask = torch.cat([F.pad(mask, (0, width - mask.shape[1]), value=0) for _, mask in chunks])
-        return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, texts)
+        width = max(ids.shape[1] for ids, _, _ in chunks)
+        completion_ids = torch.cat([F.pad(ids, (0, width - ids.shape[1]), value=pad) for ids, _, _ in chunks])  # [N, C]
+        completion_mask = torch.cat([F.pad(mask, (0, width - mask.shape[1]), value=0) for _, mask, _ in chunks])
+        logp = torch.cat([F.pad(lp, (0, width - lp.shape[1])) for _, _, lp in chunks]) if self.record_logp else None
+        return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, logp)
 
     def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int, share_prefix: bool = False):
         """The KV cache of all but the last token of each (left-padded) prompt, repeated for its n
@@ -286,13 +303,14 @@ class HFEngine:
             cache.batch_repeat_interleave(n)
         return cache, mask.repeat_interleave(n, 0)
 
-    def _decode(self, ids, mask, temperature, max_new_tokens, seeds, cache) -> tuple[torch.Tensor, torch.Tensor]:
+    def _decode(self, ids, mask, temperature, max_new_tokens, seeds, cache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Token by token from the last prompt token on. Rows that have ended leave the batch (and
         the cache) once they are a quarter of it: dropping rows copies the whole cache, so it is
         done a few times per call rather than at every step where one row ends."""
         N, device = len(ids), ids.device
         seeds = seeds.to(device)
         tokens = torch.full((N, max_new_tokens), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
+        logps = torch.zeros(N, max_new_tokens, device=device) if self.record_logp else None
         eos = torch.tensor(self.eos_ids, device=device)
         running = torch.arange(N, device=device)  # rows in the batch
         ended = torch.zeros(N, dtype=torch.bool, device=device)  # of the rows in the batch
@@ -302,7 +320,10 @@ class HFEngine:
         for t in range(max_new_tokens):
             logits = self.model(input_ids=current[:, None], attention_mask=attention, position_ids=positions[:, None],
                                 use_cache=True, **{cache_kwarg(): cache}).logits[:, -1]  # [B, V]
-            current = sample_rows(logits, seeds[running], t, temperature, self.top_p)
+            current = sample_rows(logits, seeds[running], t, temperature, self.top_p, with_logp=self.record_logp)
+            if self.record_logp:
+                current, logp = current
+                logps[running[~ended], t] = logp[~ended]
             tokens[running[~ended], t] = current[~ended]
             steps = t + 1
             ended |= torch.isin(current, eos)
@@ -315,14 +336,17 @@ class HFEngine:
                 cache.batch_select_indices(keep)
                 running, current, attention, positions, ended = (
                     running[keep], current[keep], attention[keep], positions[keep], ended[keep])
-        return mask_after_eos(tokens[:, :steps], self.eos_ids, self.tokenizer.pad_token_id)
+        ids, mask = mask_after_eos(tokens[:, :steps], self.eos_ids, self.tokenizer.pad_token_id)
+        return ids, mask, None if logps is None else logps[:, :steps] * mask
 
     def _generate(self, ids, mask, temperature, max_new_tokens, seeds, cache=None,
-                  cache_implementation: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cache_implementation: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        sampler = None
         if temperature <= 0:
             sampling = dict(do_sample=False)
         else:
-            sampler = RowSampler(seeds.tolist(), temperature, self.top_p, prompt_width=ids.shape[1])
+            sampler = RowSampler(seeds.tolist(), temperature, self.top_p, prompt_width=ids.shape[1],
+                                 record_logp=self.record_logp)
             sampling = dict(do_sample=False, logits_processor=LogitsProcessorList([sampler]))
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, **{cache_kwarg(): cache},
@@ -330,4 +354,10 @@ class HFEngine:
             **({"cache_implementation": cache_implementation} if cache_implementation else {}),
         )
         # masked per call, before any padding: the pad token may be the EOS token
-        return mask_after_eos(out[:, ids.shape[1] :], self.eos_ids, self.tokenizer.pad_token_id)
+        new, new_mask = mask_after_eos(out[:, ids.shape[1] :], self.eos_ids, self.tokenizer.pad_token_id)
+        if not self.record_logp:
+            return new, new_mask, None
+        if sampler is None:  # greedy: each token had probability 1 under the sampler
+            return new, new_mask, torch.zeros(new.shape, device=new.device)
+        logp = torch.stack(sampler.logps, 1)[:, : new.shape[1]] if sampler.logps else torch.zeros(new.shape, device=new.device)
+        return new, new_mask, F.pad(logp, (0, new.shape[1] - logp.shape[1])) * new_mask

@@ -1,0 +1,104 @@
+"""Step time with generation and update at once (``async_lag=1``) against the synchronous trainer.
+
+    python benchmarks/async_step.py [--steps 10] [--out benchmarks/results/async_step]
+
+The two-digit confirmation's settings (``evidence_confirm_a_arithmetic_2digit/task.yaml`` with its
+PODS overrides: n = 32, m = 8, 4 prompts per step, lr 1e-5), seed 0 (the same prompts for every
+variant), trained for one warm-up step and ``--steps`` more, one variant after the other:
+
+* ``sync-2``: the synchronous trainer, threads = 2;
+* ``sync-1``: the synchronous trainer, threads = 1;
+* ``async-1+1``: ``async_lag=1``, one thread for the trainer and one for the generation worker.
+
+A step's time is the growth of ``train_seconds`` (wall time of the step's phases, evaluation
+excluded) between two steps. Prints, per variant, the mean and median step after the warm-up and
+their split (the worker's generation runs beside the update: there the trainer's wait for it is
+the part on the clock), then the ratios of the asynchronous mean step to each synchronous one.
+Run it on a quiet machine: every figure is wall time. Writes ``summary.txt``, ``summary.json``
+and each variant's ``metrics.jsonl`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "src") not in sys.path:
+    sys.path.insert(0, str(REPO / "src"))
+from podsrl.errors import ArgumentParser, PodsError, one_line_errors  # noqa: E402
+
+CONFIG = REPO / "benchmarks" / "results" / "evidence_confirm_a_arithmetic_2digit" / "task.yaml"
+SETTINGS = ["mode=pods", "lr=1e-5", "prompts_per_step=4", "n=32", "m=8", "seed=0", "task.test_size=20", "progress=false"]
+VARIANTS = {"sync-2": ["threads=2"], "sync-1": ["threads=1"],
+            "async-1+1": ["async_lag=1", "threads=1", "async_worker_threads=1"]}
+
+
+def run(name: str, overrides: list[str], steps: int, folder: Path) -> list[dict]:
+    out = folder / name
+    command = [sys.executable, "-m", "podsrl", "train", str(CONFIG), *SETTINGS, *overrides, f"steps={steps + 1}",
+               f"output_dir={out}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise PodsError(f"{name}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def split(rows: list[dict]) -> dict:
+    """Mean and median step after the warm-up, and the mean of each part."""
+    steps = sorted((r for r in rows if "update_s" in r), key=lambda r: r["step"])
+    times = [b["train_seconds"] - a["train_seconds"] for a, b in zip(steps, steps[1:])]  # steps 2..
+    later = steps[1:]
+    mean = lambda key: statistics.fmean(r.get(key) or 0.0 for r in later)
+    return {"steps": len(times), "mean_step_s": statistics.fmean(times), "median_step_s": statistics.median(times),
+            "generation_s": mean("generation_s"), "scoring_s": mean("scoring_s"), "update_s": mean("update_s"),
+            "wait_s": mean("async/wait_s"), "lag": sorted({r.get("async/lag") for r in later} - {None})}
+
+
+@one_line_errors("async_step.py")
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=10, help="steps timed after the warm-up step")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "async_step")
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        raise PodsError(f"--steps must be >= 2, got {args.steps}")
+    if args.out.exists() and not args.out.is_dir():
+        raise PodsError(f"--out {args.out} is a file")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, overrides in VARIANTS.items():
+            print(f"{name}: {' '.join(overrides)}", flush=True)
+            rows = run(name, overrides, args.steps, Path(tmp))
+            results[name] = split(rows)
+            keep = args.out / name
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(Path(tmp) / name / "metrics.jsonl", keep / "metrics.jsonl")
+    lines = [f"PODS n = 32, m = {8}, 4 prompts per step, seed 0; {args.steps} steps after one warm-up step; "
+             f"{os.cpu_count()} cores",
+             "",
+             "| variant | mean step s | median step s | generation s | scoring s | update s | trainer's wait s | lag |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['mean_step_s']:.2f} | {r['median_step_s']:.2f} | {r['generation_s']:.2f} | "
+                     f"{r['scoring_s']:.2f} | {r['update_s']:.2f} | {r['wait_s']:.2f} | {','.join(map(str, r['lag'])) or '-'} |")
+    a = results["async-1+1"]["mean_step_s"]
+    ratios = {ref: a / results[ref]["mean_step_s"] for ref in ("sync-2", "sync-1")}
+    lines += ["", *(f"async-1+1 mean step / {ref}: {ratio:.2f}x" for ref, ratio in ratios.items())]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.txt").write_text(text)
+    (args.out / "summary.json").write_text(json.dumps({"variants": results, "ratios": ratios}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""async_lag: rollouts generated in a worker process from the policy k updates back, corrected by
+the importance ratio; each step's rollouts are those of its policy version, a resumed run equals
+an uninterrupted one, and a worker that fails, dies or is interrupted ends the run in one line."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import last_wins, running, subprocess_env
+from podsrl import models
+from podsrl.config import load_config
+from podsrl.errors import PodsError
+from podsrl.logprobs import completion_logprobs
+from podsrl.loss import policy_loss
+from podsrl.pipeline import _Solo, version_for
+from podsrl.rollout import make_engine
+from podsrl.rollout.hf import HFEngine
+from podsrl.sampling import Sampler
+from podsrl.tasks import task_from_config
+from podsrl.trainer import make_scorer, train
+from test_tempered import T, Tabular, every_completion
+
+ASYNC = ["async_lag=1", "threads=1", "async_worker_threads=1", "reward_workers=0"]
+
+
+def read_metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def logged(run: Path) -> dict[int, list[str]]:
+    """Each step's logged completions (log_completions covers every rollout of the step)."""
+    steps: dict[int, list[str]] = {}
+    for line in (run / "completions.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        steps.setdefault(row["step"], []).append(row["completion"])
+    return steps
+
+
+# --------------------------------------------------------------------------- the lag
+
+
+def test_each_step_is_sampled_k_updates_before_the_one_that_trains_on_it():
+    """Hand-worked: step t's rollouts come from the policy after update max(0, t - 1 - k); k = 0 is
+    the synchronous trainer (after update t - 1)."""
+    assert [version_for(t, 0) for t in (1, 2, 3, 4)] == [0, 1, 2, 3]
+    assert [version_for(t, 1) for t in (1, 2, 3, 4)] == [0, 0, 1, 2]
+    assert [version_for(t, 3) for t in (1, 2, 3, 4, 5, 6)] == [0, 0, 0, 0, 1, 2]
+
+
+def test_async_lag_zero_runs_the_synchronous_trainer(tiny_config):
+    out = train(tiny_config("async_lag=0", "steps=1"))
+    rows = [r for r in read_metrics(out) if r["step"] == 1]
+    assert "async/lag" not in rows[0] and rows[0]["sampling_ratio"] is None  # no worker, nothing to correct
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["rollout.engine=vllm"], "async_lag=1 with rollout.engine=vllm: the generation worker runs the HF engine only"),
+    (["model.load_in_4bit=true", "model.lora_r=4"], "async_lag=1 with model.load_in_4bit"),
+    (["rollout.top_p=0.9"], "async_lag=1 with rollout.top_p=0.9: the importance ratio of a truncated sampler"),
+    (["clock=cpu"], "async_lag=1 with clock=cpu: the CPU clock counts the training process's CPU seconds, and the "
+                    "generation worker's would not count"),
+    (["async_lag=-1"], "async_lag must be >= 0"),
+    (["async_worker_threads=0"], "async_worker_threads must be >= 1"),
+])
+def test_settings_async_lag_cannot_run_are_refused_saying_why(tiny_overrides, overrides, message):
+    with pytest.raises(PodsError, match=message.replace("(", r"\(")):
+        load_config(None, tiny_overrides + ["async_lag=1", *overrides])
+
+
+def test_the_correction_settings_apply_under_a_lag_and_the_worker_threads_only_there(tiny_overrides):
+    c = load_config(None, tiny_overrides + ["async_lag=1", "vllm_importance_sampling_mode=token_truncate",
+                                            "vllm_importance_sampling_cap=2.0", "async_worker_threads=1"])
+    assert c.vllm_importance_sampling_cap == 2.0 and c.async_worker_threads == 1
+    with pytest.raises(PodsError, match="async_worker_threads=1 applies only with async_lag >= 1"):
+        load_config(None, tiny_overrides + ["async_worker_threads=1"])
+    with pytest.raises(PodsError, match="vllm_importance_sampling_cap=2.0 applies only with rollout.engine=vllm or async_lag >= 1"):
+        load_config(None, tiny_overrides + ["vllm_importance_sampling_cap=2.0"])
+
+
+# --------------------------------------------------------------------------- the sampler's log-probs
+
+
+@pytest.mark.parametrize("decoder", ["loop", "generate"])
+def test_the_hf_engine_returns_the_log_probs_its_tokens_were_sampled_with(tiny_model_dir, decoder):
+    """What the worker hands the trainer: each token's log-probability at the sampling temperature,
+    as the trainer's own forward computes it; recording them does not change what is sampled."""
+    torch.set_num_threads(1)
+    tokenizer = models.load_tokenizer(tiny_model_dir)
+    model = models.load_model(tiny_model_dir)
+    prompts = ["1 + 2 =", "a longer prompt, 17 - 9 ="]
+    plain = HFEngine(model, tokenizer, decoder=decoder).generate(prompts, 3, 0.7, 8, seeds=[1, 2])
+    out = HFEngine(model, tokenizer, decoder=decoder, record_logp=True).generate(prompts, 3, 0.7, 8, seeds=[1, 2])
+    assert plain.sampler_logp is None and out.texts == plain.texts
+    assert torch.equal(out.completion_ids, plain.completion_ids)
+    forward = completion_logprobs(model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask,
+                                  temperature=0.7).detach()
+    mask = out.completion_mask.bool()
+    assert out.sampler_logp.shape == forward.shape and bool((out.sampler_logp[~mask] == 0).all())
+    assert torch.allclose(out.sampler_logp[mask], forward[mask], atol=1e-4)
+    assert float(out.sampler_logp[mask].min()) < -0.5  # sampled, not greedy: some tokens were unlikely
+
+
+# --------------------------------------------------------------------------- the correction
+
+
+def expected_gradient(sampler: Tabular, policy: Tabular, mode: str | None) -> torch.Tensor:
+    """E_{y ~ sampler}[−∇ loss(y)] of the policy's loss, an exact sum over the 9 completions, with
+    A = R(y), each sequence weighted by the sampler correction of ``mode`` (None: uncorrected)."""
+    args = every_completion()
+    reward = torch.tensor([1.0, 0.0, 0.3, 0.0, 2.0, 0.5, 1.0, 0.0, 0.7], dtype=torch.float64)
+    sampled = completion_logprobs(sampler, *args, temperature=T).detach()  # [9, 2] the lagged policy's
+    prob = sampled.sum(-1).exp()
+    logp = completion_logprobs(policy, *args, temperature=T)
+    W = policy.lm_head.weight
+    total = torch.zeros_like(W)
+    for i in range(len(reward)):
+        loss, _ = policy_loss(logp[i : i + 1], reward[i : i + 1], args[3][i : i + 1].double(), loss_type="dapo",
+                              sampler_logp=None if mode is None else sampled[i : i + 1], sampling_cap=3.0,
+                              vllm_importance_sampling_mode=mode or "sequence_mask")
+        (g,) = torch.autograd.grad(-loss, W, retain_graph=True)
+        total += prob[i] * g
+    return total
+
+
+@pytest.mark.parametrize("mode", ["sequence_mask", "sequence_truncate"])
+def test_at_a_lag_the_corrected_gradient_is_the_on_policy_gradient(mode):
+    """A tabular policy one update away from the policy that sampled: weighting each sequence by
+    π_θ / π_old (every ratio within the cap here) gives the gradient an on-policy sample has in
+    expectation, exactly; without the correction it is another."""
+    policy = Tabular(seed=0)
+    lagged = Tabular(seed=0)
+    with torch.no_grad():
+        lagged.lm_head.weight.add_(0.15 * torch.randn(lagged.lm_head.weight.shape, generator=torch.Generator().manual_seed(1),
+                                                      dtype=torch.float64))
+    on_policy = expected_gradient(policy, policy, None)
+    corrected = expected_gradient(lagged, policy, mode)
+    uncorrected = expected_gradient(lagged, policy, None)
+    assert torch.allclose(corrected, on_policy, atol=1e-12)
+    assert float((uncorrected - on_policy).norm()) > 0.01 * float(on_policy.norm())
+
+
+# --------------------------------------------------------------------------- the pipeline, end to end
+
+
+def sampled_by(c, weights_dir: str, step: int) -> list[str]:
+    """Step ``step``'s rollouts as the synchronous sampler draws them from the weights in
+    ``weights_dir``, the prompts of the steps before it taken from the stream."""
+    torch.set_num_threads(1)
+    tokenizer = models.load_tokenizer(weights_dir)
+    model = models.load_model(weights_dir)
+    task = task_from_config(c.task, c.seed)
+    scorer = make_scorer(c)
+    try:
+        sampler = Sampler(c, task, make_engine("hf", model, tokenizer, c.rollout), scorer, tokenizer, task.system_prompt,
+                          _Solo(), None, step - 1)
+        return sampler.step_groups(step).rollouts.texts
+    finally:
+        scorer.close()
+
+
+def test_each_steps_rollouts_are_those_its_policy_version_samples(tiny_config, tiny_model_dir, tmp_path):
+    """At k = 1 (threads = 1 on both sides), the worker's rollouts of steps 1 and 2 are the
+    synchronous sampler's from the base weights, and those of step 3 its sampling from the weights
+    after update 1: the lag is exactly one update, and the weights reach the worker whole."""
+    run = tmp_path / "run"
+    config = lambda *extra: tiny_config(*ASYNC, f"output_dir={run}", "log_completions=8", *extra)
+    train(config("steps=1"))
+    shutil.copytree(run / "checkpoints" / "step-000001" / "model", tmp_path / "after-update-1")
+    train(config("steps=3", "resume=true"))
+    steps = logged(run)
+    c = config("steps=3")
+    assert steps[1] == sampled_by(c, tiny_model_dir, 1) and steps[2] == sampled_by(c, tiny_model_dir, 2)
+    after = sampled_by(c, str(tmp_path / "after-update-1"), 3)
+    assert steps[3] == after and after != sampled_by(c, tiny_model_dir, 3)  # the update changed what is sampled
+    rows = {r["step"]: r for r in read_metrics(run) if "async/lag" in r}
+    assert [rows[t]["async/lag"] for t in (1, 2, 3)] == [0, 1, 1]
+    assert rows[3]["sampling_ratio"] != 1.0 and rows[3]["sampling_ratio_min"] <= rows[3]["sampling_ratio_max"]
+
+
+def final_weights(run: Path) -> dict:
+    return load_file(max((run / "checkpoints").glob("step-*")) / "model" / "model.safetensors")
+
+
+def test_a_resumed_run_equals_the_uninterrupted_one(tiny_config, tmp_path):
+    """At k = 2 the checkpoint of step 2 holds the rollouts of steps 3 and 4, generated from the
+    versions before it; resumed from it, the run's rollouts, metrics and weights are the
+    uninterrupted run's."""
+    common = [*ASYNC, "async_lag=2", "mode=pods", "log_completions=8", "save_every=2"]
+    straight = train(tiny_config(*common, "steps=5", f"output_dir={tmp_path / 'straight'}"))
+    part = train(tiny_config(*common, "steps=2", f"output_dir={tmp_path / 'resumed'}"))
+    assert (part / "checkpoints" / "step-000002" / "pending_rollouts.pt").exists()
+    resumed = train(tiny_config(*common, "steps=5", "resume=true", f"output_dir={part}"))
+    keys = ("loss", "selected_reward_mean", "sampling_ratio", "sampling_ratio_min", "grad_norm", "async/lag")
+    pick = lambda run: [{k: r.get(k) for k in keys} for r in read_metrics(run) if "loss" in r]
+    assert pick(straight) == pick(resumed) and len(pick(straight)) == 5
+    assert logged(straight) == logged(resumed)
+    wa, wb = final_weights(straight), final_weights(resumed)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_the_lora_adapter_alone_reaches_the_worker(tiny_config, tmp_path):
+    """With LoRA the worker receives the adapter's weights: after an update (B no longer zero) the
+    policy it samples from has moved, so the correction is no longer 1 at lag 1."""
+    out = train(tiny_config(*ASYNC, "model.lora_r=4", "model.lora_alpha=8", "lr=5e-2", "steps=3"))
+    rows = {r["step"]: r for r in read_metrics(out) if "async/lag" in r}
+    assert rows[1]["sampling_ratio"] == pytest.approx(1.0, abs=1e-4)  # sampled from the policy it trains
+    assert rows[3]["sampling_ratio_max"] - rows[3]["sampling_ratio_min"] > 1e-4
+
+
+def test_a_reward_that_fails_in_the_worker_ends_the_run_in_one_line(tiny_config):
+    with pytest.raises(PodsError, match="the generation worker failed: reward 'rewards_for_tests:fails_in_worker' raised "
+                                        "RuntimeError: this reward fails in the generation worker"):
+        train(tiny_config(*ASYNC, "rewards=[rewards_for_tests:fails_in_worker]", "steps=3"))
+
+
+# --------------------------------------------------------------------------- killed, interrupted
+
+
+def start(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "podsrl", "train", *last_wins(args)], cwd=cwd, env=subprocess_env(),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def wait_for_step(proc: subprocess.Popen, run: Path, step: int) -> None:
+    metrics = run / "metrics.jsonl"
+    while proc.poll() is None:
+        if metrics.exists() and any(json.loads(l)["step"] >= step for l in metrics.read_text().splitlines() if l.endswith("}")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the run ended before step {step}: {proc.communicate()[1][-3000:]}")
+
+
+def worker_of(pid: int) -> int:
+    """The generation worker's pid: the child of ``pid`` that multiprocessing spawned (not its
+    resource tracker)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rpartition(")")[2].split()[1]) == pid:
+                command = (entry / "cmdline").read_bytes().decode(errors="replace")
+                if "spawn_main" in command:
+                    return int(entry.name)
+        except (OSError, ValueError):
+            continue
+    raise AssertionError(f"process {pid} has no generation worker")
+
+
+def gone(pid: int, within_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not running(pid)
+
+
+def long_run(tiny_overrides, run: Path, *extra: str) -> list[str]:
+    return [*tiny_overrides, *ASYNC, f"output_dir={run}", "steps=100000", "save_every=1", *extra]
+
+
+def test_a_worker_that_dies_ends_the_run_in_one_line_keeping_the_last_checkpoint(tiny_overrides, tmp_path):
+    run = tmp_path / "run"
+    proc = start(long_run(tiny_overrides, run), tmp_path)
+    wait_for_step(proc, run, 2)
+    os.kill(worker_of(proc.pid), signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("podsrl: error: the generation worker died (signal SIGKILL, out of memory?)"), last
+    assert "resume=true continues from it" in last
+    checkpoints = sorted((run / "checkpoints").glob("step-*"))
+    assert checkpoints and (checkpoints[-1] / "pending_rollouts.pt").exists()
+    assert not list((run / "checkpoints").glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("sent,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_stop_both_processes(tiny_overrides, tmp_path, sent, code):
+    run = tmp_path / "run"
+    proc = start(long_run(tiny_overrides, run), tmp_path)
+    wait_for_step(proc, run, 2)
+    worker = worker_of(proc.pid)
+    proc.send_signal(sent)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == code and "Traceback" not in err, err
+    assert gone(worker)
+
+
+@pytest.mark.slow
+def test_killed_with_sigkill_and_resumed_equals_uninterrupted(tiny_overrides, tmp_path):
+    """SIGKILL of the trainer: its worker notices and ends; resumed from the last checkpoint the run
+    ends with the weights of a run never interrupted."""
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    proc = start(long_run(tiny_overrides, run, "save_every=2"), tmp_path)
+    wait_for_step(proc, run, 3)
+    worker = worker_of(proc.pid)
+    proc.kill()
+    proc.communicate(timeout=300)
+    assert gone(worker)
+    assert sorted((run / "checkpoints").glob("step-*"))
+    for folder, extra in ((run, ["resume=true"]), (straight, [])):
+        done = start(long_run(tiny_overrides, folder, "save_every=2", "steps=6", *extra), tmp_path)
+        _, err = done.communicate(timeout=600)
+        assert done.returncode == 0, err
+    wa, wb = final_weights(straight), final_weights(run)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
