@@ -8,6 +8,7 @@
 """
 
 import dataclasses
+import html
 import re
 
 ROLE = re.compile(r":(?:func|class|data|mod|meth|attr|obj):(<code>)")
@@ -15,10 +16,21 @@ CONFIG_BLOCK = re.compile(r"^::: podsrl\.config\.(\w+)\n(?:[ \t]+.*\n)*", re.M)
 PREFIX = {"Config": "", "ModelConfig": "model.", "TaskConfig": "task.", "RolloutConfig": "rollout."}
 
 
+def _code(text: str, breaks: bool = False) -> str:
+    """Inline code as HTML: a table cell's ``|`` would end the cell, and Markdown's escape ``\\|``
+    shows literally inside backticks. ``breaks`` lets a key break after its dots and underscores
+    (and nowhere else: the stylesheet keeps code in tables from breaking mid-word)."""
+    code = html.escape(text, quote=False).replace("|", "&#124;")
+    if breaks:
+        code = re.sub(r"([._])", r"\1<wbr>", code)
+    return f"<code>{code}</code>"
+
+
 def _cell(text: str) -> str:
     text = re.sub(r"\s+", " ", text or "").strip()
-    text = re.sub(r":(?:func|class|data|mod|meth|attr|obj):`", "`", text)
-    return text.replace("|", "\\|").replace("``", "`")
+    text = re.sub(r":(?:func|class|data|mod|meth|attr|obj):`", "`", text).replace("``", "`")
+    parts = re.split(r"`([^`]*)`", text)  # prose, code, prose, code, ...
+    return "".join(_code(p) if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts))
 
 
 def _default(field: dataclasses.Field) -> str:
@@ -28,7 +40,7 @@ def _default(field: dataclasses.Field) -> str:
             return "see below"
     else:
         value = field.default
-    return f"`{value!r}`" if value is not None else "`None`"
+    return _code(repr(value))
 
 
 def config_table(name: str) -> str:
@@ -42,8 +54,9 @@ def config_table(name: str) -> str:
     for field in dataclasses.fields(cls):
         attribute = documented.members.get(field.name)
         docstring = attribute.docstring.value if attribute is not None and attribute.docstring else ""
-        annotation = _cell(str(attribute.annotation)) if attribute is not None else ""
-        rows.append(f"| `{PREFIX.get(name, '')}{field.name}` | `{annotation}` | {_default(field)} | {_cell(docstring)} |")
+        annotation = _code(re.sub(r"\s+", " ", str(attribute.annotation))) if attribute is not None else ""
+        key = _code(f"{PREFIX.get(name, '')}{field.name}", breaks=True)
+        rows.append(f"| {key} | {annotation} | {_default(field)} | {_cell(docstring)} |")
     return "\n".join(rows) + "\n"
 
 

@@ -88,7 +88,24 @@ _VISION_LANGUAGE = ("PODSTrainer does not support vision-language models: their 
 
 @dataclass
 class PODSConfig(GRPOConfig):
-    """``GRPOConfig`` plus down-sampling; ``num_generations`` is n, the completions generated per prompt."""
+    """``GRPOConfig`` plus down-sampling; ``num_generations`` is n, the completions generated per prompt.
+
+    Every ``GRPOConfig`` argument keeps TRL's meaning; ``per_device_train_batch_size`` counts
+    generated completions, so a micro-batch trains ``per_device_train_batch_size × pods_m /
+    num_generations`` of them.
+
+    Attributes:
+        pods_m (int): Required. Completions per prompt that the update trains on (m,
+            2 ≤ m ≤ ``num_generations``); ``pods_m = num_generations`` trains as ``GRPOTrainer``.
+        pods_rule (str): The down-sampling rule, a name in ``podsrl.downsample.RULES``:
+            ``max_variance`` (the default), ``max_reward``, ``percentile`` or ``random``.
+
+    Raises:
+        ValueError: at construction, naming the setting: ``pods_m`` missing, not an integer or
+            outside 2..n; an unknown ``pods_rule``; ``per_device_train_batch_size ×
+            steps_per_generation`` not a multiple of n; a down-sampled batch that does not
+            split into ``steps_per_generation`` equal micro-batches.
+    """
 
     pods_m: int | None = field(
         default=None,
@@ -157,7 +174,23 @@ def subset_advantages(rewards: Tensor, scale: str, eps: float = 1e-4) -> Tensor:
 
 
 class PODSTrainer(GRPOTrainer):
-    """``GRPOTrainer`` that trains on ``args.pods_m`` of every ``args.num_generations`` completions."""
+    """``GRPOTrainer`` that trains on ``args.pods_m`` of every ``args.num_generations`` completions.
+
+    Takes ``GRPOTrainer``'s arguments, with ``args`` a :class:`PODSConfig`. TRL generates and
+    scores n completions per prompt; :func:`podsrl.downsample.select` keeps m of each group by
+    their weighted reward sum; advantages are TRL's, over the m kept; the old policy's and the
+    reference model's log-probabilities and the loss run on the kept rows only. Each reward
+    function also receives ``truncated`` (a list of bools: the completion was cut at
+    ``max_completion_length``).
+
+    Logs, beside TRL's metrics over all n: ``pods/selected_reward``,
+    ``pods/selected_reward_std``, ``pods/selected_frac_zero_std`` and
+    ``pods/selected_frac_ineligible`` (defined in the TRL guide).
+
+    Raises:
+        ValueError: ``args`` is not a :class:`PODSConfig`, or the model is a vision-language
+            model (its image tensors cannot be down-sampled).
+    """
 
     _pods_deferring = False  # True while TRL builds a training generation batch: its no-grad forwards wait
 
