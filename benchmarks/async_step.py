@@ -1,6 +1,7 @@
 """Step time with generation and update at once (``async_lag=1``) against the synchronous trainer.
 
     python benchmarks/async_step.py [--steps 10] [--out benchmarks/results/async_step]
+    python benchmarks/async_step.py --pilot     # GRPO (n = 8) at threads 2 and 1: the reference's threads
 
 The two-digit confirmation's settings (``evidence_confirm_a_arithmetic_2digit/task.yaml`` with its
 PODS overrides: n = 32, m = 8, 4 prompts per step, lr 1e-5), seed 0 (the same prompts for every
@@ -16,6 +17,10 @@ their split (the worker's generation runs beside the update: there the trainer's
 the part on the clock), then the ratios of the asynchronous mean step to each synchronous one.
 Run it on a quiet machine: every figure is wall time. Writes ``summary.txt``, ``summary.json``
 and each variant's ``metrics.jsonl`` to ``--out``.
+
+``--pilot``: the pilot that fixes the thread count of the clock confirmation's reference,
+synchronous GRPO (n = 8, the same settings otherwise): threads = 2 and threads = 1, the same steps;
+the one with the shorter mean step is the reference's (``pilot.txt``, ``pilot.json``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ CONFIG = REPO / "benchmarks" / "results" / "evidence_confirm_a_arithmetic_2digit
 SETTINGS = ["mode=pods", "lr=1e-5", "prompts_per_step=4", "n=32", "m=8", "seed=0", "task.test_size=20", "progress=false"]
 VARIANTS = {"sync-2": ["threads=2"], "sync-1": ["threads=1"],
             "async-1+1": ["async_lag=1", "threads=1", "async_worker_threads=1"]}
+PILOT = {"grpo-sync-2": ["mode=grpo", "n=8", "m=8", "threads=2"], "grpo-sync-1": ["mode=grpo", "n=8", "m=8", "threads=1"]}
 
 
 def run(name: str, overrides: list[str], steps: int, folder: Path) -> list[dict]:
@@ -62,33 +68,50 @@ def split(rows: list[dict]) -> dict:
             "wait_s": mean("async/wait_s"), "lag": sorted({r.get("async/lag") for r in later} - {None})}
 
 
+def table(results: dict) -> list[str]:
+    return ["| variant | mean step s | median step s | generation s | scoring s | update s | trainer's wait s | lag |",
+            "|---|---|---|---|---|---|---|---|"] + [
+        f"| {name} | {r['mean_step_s']:.2f} | {r['median_step_s']:.2f} | {r['generation_s']:.2f} | {r['scoring_s']:.2f} | "
+        f"{r['update_s']:.2f} | {r['wait_s']:.2f} | {','.join(map(str, r['lag'])) or '-'} |" for name, r in results.items()]
+
+
+def write_pilot(results: dict, args) -> int:
+    threads = 2 if results["grpo-sync-2"]["mean_step_s"] <= results["grpo-sync-1"]["mean_step_s"] else 1
+    text = "\n".join([f"GRPO n = 8, 4 prompts per step, seed 0; {args.steps} steps after one warm-up step; "
+                      f"{os.cpu_count()} cores", "", *table(results), "",
+                      f"the reference's threads: {threads} (the shorter mean step)"]) + "\n"
+    print(text)
+    (args.out / "pilot.txt").write_text(text)
+    (args.out / "pilot.json").write_text(json.dumps({"variants": results, "reference_threads": threads}, indent=2) + "\n")
+    return 0
+
+
 @one_line_errors("async_step.py")
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10, help="steps timed after the warm-up step")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "async_step")
+    parser.add_argument("--pilot", action="store_true", help="GRPO at threads 2 and 1 (the reference's thread count)")
     args = parser.parse_args(argv)
     if args.steps < 2:
         raise PodsError(f"--steps must be >= 2, got {args.steps}")
     if args.out.exists() and not args.out.is_dir():
         raise PodsError(f"--out {args.out} is a file")
     results = {}
+    variants = PILOT if args.pilot else VARIANTS
     with tempfile.TemporaryDirectory() as tmp:
-        for name, overrides in VARIANTS.items():
+        for name, overrides in variants.items():
             print(f"{name}: {' '.join(overrides)}", flush=True)
             rows = run(name, overrides, args.steps, Path(tmp))
             results[name] = split(rows)
             keep = args.out / name
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copy(Path(tmp) / name / "metrics.jsonl", keep / "metrics.jsonl")
-    lines = [f"PODS n = 32, m = {8}, 4 prompts per step, seed 0; {args.steps} steps after one warm-up step; "
+    if args.pilot:
+        return write_pilot(results, args)
+    lines = [f"PODS n = 32, m = 8, 4 prompts per step, seed 0; {args.steps} steps after one warm-up step; "
              f"{os.cpu_count()} cores",
-             "",
-             "| variant | mean step s | median step s | generation s | scoring s | update s | trainer's wait s | lag |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, r in results.items():
-        lines.append(f"| {name} | {r['mean_step_s']:.2f} | {r['median_step_s']:.2f} | {r['generation_s']:.2f} | "
-                     f"{r['scoring_s']:.2f} | {r['update_s']:.2f} | {r['wait_s']:.2f} | {','.join(map(str, r['lag'])) or '-'} |")
+             "", *table(results)]
     a = results["async-1+1"]["mean_step_s"]
     ratios = {ref: a / results[ref]["mean_step_s"] for ref in ("sync-2", "sync-1")}
     lines += ["", *(f"async-1+1 mean step / {ref}: {ratio:.2f}x" for ref, ratio in ratios.items())]

@@ -31,7 +31,8 @@ The second round (``--round gym``), two more tasks for the confirmation, fixed b
   (from step 0 to the peak), ties broken by name; if fewer than two meet them, those that do, and
   the report says so. Its results go to ``benchmarks/results/task_selection/gym/``.
 
-Each run's folder records the podsrl commit of every start of it (``podsrl_commit.txt``).
+Each run's folder records the podsrl commit of every start of it (``podsrl_commit.txt``, which the
+trainer writes).
 """
 
 from __future__ import annotations
@@ -43,12 +44,11 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 from pathlib import Path
 
 from podsrl.checkpoint import read_metrics
 from podsrl.errors import ArgumentParser, PodsError, one_line_errors
-from podsrl.rundir import source_commit
+from podsrl.rundir import COMMIT_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "task_selection"
@@ -61,7 +61,6 @@ CANDIDATES = {  # name: config file, or [config file, *overrides]
 CHOOSE = 1
 """How many candidates a round chooses: the first one, by the latest peak; the gym round two, by the largest gain."""
 STEP0 = ROOT / "benchmarks" / "results" / "gym_step0" / "candidates.json"
-COMMIT_FILE = "podsrl_commit.txt"
 LRS = ["1e-5", "3e-5"]
 STEPS, EVAL_EVERY, SEEDS = 60, 5, (0, 1, 2)
 SETTINGS = ["mode=grpo", "n=8", "m=8", "prompts_per_step=4", f"steps={STEPS}", f"eval_every={EVAL_EVERY}",
@@ -117,7 +116,6 @@ def train(candidate: str, lr: str, seed: int) -> tuple[bool, str]:
         if not resume:
             shutil.rmtree(out, ignore_errors=True)
         spec = CANDIDATES[candidate]
-        record_commit(out, "resumed" if resume else "started")
         cmd = [sys.executable, "-m", "podsrl", "train", *([spec] if isinstance(spec, str) else spec), *SETTINGS, f"lr={lr}",
                f"seed={seed}", f"output_dir={out}", "save_every=10", f"resume={str(resume).lower()}"]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -132,13 +130,6 @@ def train(candidate: str, lr: str, seed: int) -> tuple[bool, str]:
     shutil.rmtree(out)
     points = curve(candidate, lr, seed)
     return True, f"{candidate} lr={lr} seed={seed}: " + " ".join(f"{s}:{a:.3f}" for s, a in sorted(points.items()))
-
-
-def record_commit(out: Path, how: str) -> None:
-    """Append the podsrl commit this start of a run trains with to its folder's COMMIT_FILE."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / COMMIT_FILE, "a") as f:
-        f.write(f"{source_commit()} {how} {datetime.now(timezone.utc).isoformat(timespec='seconds')}\n")
 
 
 def training_elsewhere(out: Path) -> bool:

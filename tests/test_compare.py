@@ -341,9 +341,9 @@ def test_finished_runs_keep_metrics_only_unless_asked(tiny_model_dir, tmp_path):
     run_all(None, args, ["grpo"], 1, 0.001, tmp_path / "b", 0.2, keep="model")
     run_all(None, args, ["grpo"], 1, 0.001, tmp_path / "c", 0.2, keep="checkpoint")
     kept = {name: sorted(p.name for p in (tmp_path / name / "grpo" / "seed-0").iterdir()) for name in "abc"}
-    assert kept["a"] == ["config.yaml", "metrics.jsonl"]
-    assert kept["b"] == ["config.yaml", "final_model", "metrics.jsonl"]
-    assert kept["c"] == ["checkpoints", "config.yaml", "metrics.jsonl"]
+    assert kept["a"] == ["config.yaml", "metrics.jsonl", "podsrl_commit.txt"]  # and the code that made it
+    assert kept["b"] == ["config.yaml", "final_model", "metrics.jsonl", "podsrl_commit.txt"]
+    assert kept["c"] == ["checkpoints", "config.yaml", "metrics.jsonl", "podsrl_commit.txt"]
     assert (tmp_path / "b" / "grpo" / "seed-0" / "final_model" / "model.safetensors").is_file()
     # a pruned run is done: a rerun retrains nothing
     metrics = (tmp_path / "a" / "grpo" / "seed-0" / "metrics.jsonl").read_text()

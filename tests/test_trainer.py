@@ -278,3 +278,17 @@ def test_num_iterations_steps_mu_times_with_old_logprobs_taken_once(tiny_config,
             record["clip_ratio/low_mean"] + record["clip_ratio/high_mean"])
     else:
         assert record["clip_ratio/region_mean"] == 0.0
+
+
+def test_each_start_of_a_run_records_the_code_it_trained_with(tiny_config, tmp_path):
+    """podsrl_commit.txt: a line per start (started, then resumed), naming the checkout's commit."""
+    import subprocess as sp
+
+    from podsrl.rundir import COMMIT_FILE
+
+    out = train(tiny_config("steps=1", f"output_dir={tmp_path / 'run'}"))
+    train(tiny_config("steps=2", "resume=true", f"output_dir={out}"))
+    lines = [line.split() for line in (out / COMMIT_FILE).read_text().splitlines()]
+    head = sp.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True).stdout.strip()
+    assert [how for _, how, _ in lines] == ["started", "resumed"]
+    assert all(commit.removesuffix("+dirty") == head for commit, _, _ in lines)

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 from podsrl.checkpoint import latest_checkpoint, read_metrics
@@ -31,9 +32,12 @@ COMPARE_LOCK = ".podsrl-compare.lock"
 """``podsrl compare``'s lock on its --out folder: one comparison at a time writes there."""
 TRACKER_FOLDER = "podsrl"
 """accelerate's trackers log under ``<output_dir>/<project name>/``; the trainer names the project this."""
+COMMIT_FILE = "podsrl_commit.txt"
+"""A line per start of a run: the podsrl commit it trained with (:func:`source_commit`), whether it
+started or resumed, and when (UTC)."""
 OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "completions.jsonl",
        ".completions.jsonl.tmp", "eval_completions.jsonl", ".eval_completions.jsonl.tmp", "checkpoints",
-       TRACKER_FOLDER, ".aim", "final_model"}
+       TRACKER_FOLDER, ".aim", "final_model", COMMIT_FILE}
 """What podsrl writes into a run folder: the files, the checkpoints, the trackers' logs."""
 EARLIER_CONFIG = "config.before-step-{step:06d}.yaml"
 """The config a run was trained with up to a resume that changed it (``allow_config_change``)."""
@@ -53,6 +57,14 @@ def source_commit() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+def record_start(folder: Path, start_step: int) -> None:
+    """Append this start of the run in ``folder`` to its :data:`COMMIT_FILE`, so that a reader can
+    tell which code made each part of it."""
+    how = "resumed" if start_step else "started"
+    with open(folder / COMMIT_FILE, "a") as f:
+        f.write(f"{source_commit()} {how} {datetime.now(timezone.utc).isoformat(timespec='seconds')}\n")
+
 
 def is_own(name: str) -> bool:
     """Whether podsrl writes a file or folder of this name into a run folder."""

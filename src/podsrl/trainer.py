@@ -448,6 +448,7 @@ def _train(s: Setup, c: Config) -> Path:
     acc = s.accelerator
     out = s.output_dir
     if acc.is_main_process:
+        rundir.record_start(out, s.start_step)  # which code trained each part of the run
         rundir.keep_earlier_config(out, c, s.start_step)
         write_atomic(out / "config.yaml", to_yaml(c))
         for log_file in ("metrics.jsonl", "completions.jsonl", "eval_completions.jsonl"):
