@@ -48,8 +48,9 @@ PILOT = {"grpo-sync-2": ["mode=grpo", "n=8", "m=8", "threads=2"], "grpo-sync-1":
 
 def run(name: str, overrides: list[str], steps: int, folder: Path) -> list[dict]:
     out = folder / name
-    command = [sys.executable, "-m", "podsrl", "train", str(CONFIG), *SETTINGS, *overrides, f"steps={steps + 1}",
-               f"output_dir={out}"]
+    given = {o.partition("=")[0] for o in overrides}  # a variant's setting replaces the common one
+    command = [sys.executable, "-m", "podsrl", "train", str(CONFIG), *(o for o in SETTINGS if o.partition("=")[0] not in given),
+               *overrides, f"steps={steps + 1}", f"output_dir={out}"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode:
