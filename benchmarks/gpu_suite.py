@@ -17,7 +17,9 @@ Steps, in priority order. Each is made of units; a unit is one command (its outp
      against static at 128 to 1,024 rows per generate call), ``memory_gpu.txt`` (update memory at
      n = 64, m = 16, fp32), ``peer_trl_gpu.txt``/``.json`` (against TRL's GRPOTrainer),
      ``plan_gpu.txt`` and ``plan_gpu/`` (``podsrl plan`` on ``configs/compare_gpu.yaml`` against
-     6-step runs of grpo, pods and grpo-ga: ``benchmarks/plan_validation.py``);
+     6-step runs of grpo, pods and grpo-ga: ``benchmarks/plan_validation.py``), ``async_step_gpu.txt``
+     and ``async_step_gpu/`` (PODS at ``async_lag`` 0 and 1, the worker on the same GPU:
+     ``benchmarks/async_step.py --variants gpu``);
   d  QLoRA (4-bit base under LoRA) and FSDP (``accelerate launch``, one process), 5 steps each of
      the comparison's config: ``gpu_suite/qlora/``, ``gpu_suite/fsdp/``.
 
@@ -242,6 +244,10 @@ def step_c(args, results: Path, suite: Path, state: State) -> list[Unit]:
              [bench("peer_trl.py") + peer + ["--json", rel(results / "peer_trl_gpu.json.tmp")] + (["--model", model] if model else [])],
              needs + ("trl", "datasets"), output=results / "peer_trl_gpu.txt", finish=promote(results / "peer_trl_gpu.json"),
              outputs=str(results / "peer_trl_gpu.{txt,json}")),
+        Unit("c/async", "c/async", 300.0,  # PODS at lag 0 and lag 1, the worker on the same GPU
+             [bench("async_step.py") + ["--variants", "gpu", "--steps", "2" if args.dry_run else "10", "--out",
+                                       rel(results / "async_step_gpu"), *args.run_overrides]],
+             needs, output=results / "async_step_gpu.txt", outputs=str(results / "async_step_gpu")),
         Unit("c/plan", "c/plan", 400.0,  # podsrl plan's predicted steps against short runs of each method
              [bench("plan_validation.py") + ["configs/compare_gpu.yaml", "task.test_size=16", *args.run_overrides] + plan
               + ["--out", rel(results / "plan_gpu")]],

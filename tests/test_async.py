@@ -222,6 +222,26 @@ def test_a_reward_that_fails_in_the_worker_ends_the_run_in_one_line(tiny_config)
         train(tiny_config(*ASYNC, "rewards=[rewards_for_tests:fails_in_worker]", "steps=3"))
 
 
+def test_a_compared_method_may_set_a_lag(tiny_model_dir, tmp_path):
+    """``podsrl compare``: a method with its own async_lag trains with the worker, beside a
+    synchronous one, and is summarised with it; under the CPU clock, which would not count the
+    worker's time, it is refused before any run."""
+    from podsrl.compare import run_all
+
+    args = [f"model.name_or_path={tiny_model_dir}", "prompts_per_step=2", "n=4", "m=2", "task.test_size=4",
+            "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]", "threads=1",
+            "reward_workers=0"]
+    summary = run_all(None, args, ["grpo", "pods:async_lag=1"], 1, None, tmp_path / "cmp", None, steps=3, eval_every=1)
+    assert set(summary["methods"]) == {"grpo", "pods"}
+    rows = read_metrics(tmp_path / "cmp" / "pods" / "seed-0")
+    assert [r["async/lag"] for r in rows if "async/lag" in r] == [0, 1, 1]
+    assert not any("async/lag" in r for r in read_metrics(tmp_path / "cmp" / "grpo" / "seed-0"))
+    with pytest.raises(PodsError, match="async_lag=1 with clock=cpu"):
+        run_all(None, args, ["grpo", "pods:async_lag=1"], 1, None, tmp_path / "cpu", None, steps=3, eval_every=1,
+                clock="cpu")
+    assert not (tmp_path / "cpu" / "grpo").exists()
+
+
 # --------------------------------------------------------------------------- killed, interrupted
 
 

@@ -52,7 +52,7 @@ def test_gpu_suite_dry_run_runs_every_step_and_resumes(tiny_model_dir, tmp_path,
     assert first.returncode == 0, first.stdout[-5000:] + first.stderr[-3000:]
     state = units(results)
     done = {"a/grpo/seed-0", "a/pods/seed-0", "a/into-place", "a/grpo-ga/seed-0", "b/tests/test_advantages.py",
-            "c/rollout", "c/crossover", "c/memory", "c/peer", "c/plan"}
+            "c/rollout", "c/crossover", "c/memory", "c/peer", "c/async", "c/plan"}
     if torch.cuda.is_available():  # step d runs too (QLoRA where bitsandbytes is installed)
         done |= {"d/fsdp"} | ({"d/qlora"} if importlib.util.find_spec("bitsandbytes") else set())
     else:
