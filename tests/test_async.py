@@ -76,6 +76,17 @@ def test_settings_async_lag_cannot_run_are_refused_saying_why(tiny_overrides, ov
         load_config(None, tiny_overrides + ["async_lag=1", *overrides])
 
 
+def test_a_lag_under_several_processes_is_refused_before_anything_is_written(tiny_config, tmp_path):
+    from types import SimpleNamespace
+
+    from podsrl.trainer import setup
+
+    launched = SimpleNamespace(num_processes=2)  # what accelerate launch with two processes gives
+    with pytest.raises(PodsError, match="async_lag=1 runs on one process \\(2 were launched\\)"):
+        setup(tiny_config(*ASYNC, f"output_dir={tmp_path / 'run'}"), launched)
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_correction_settings_apply_under_a_lag_and_the_worker_threads_only_there(tiny_overrides):
     c = load_config(None, tiny_overrides + ["async_lag=1", "vllm_importance_sampling_mode=token_truncate",
                                             "vllm_importance_sampling_cap=2.0", "async_worker_threads=1"])

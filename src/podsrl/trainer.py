@@ -121,13 +121,13 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         torch.set_num_threads(trainer_threads(c) if c.async_lag else c.threads)
     if accelerator is None:
         accelerator = make_accelerator(c, output_dir)
+    if c.async_lag and accelerator.num_processes > 1:
+        raise PodsError(f"async_lag={c.async_lag} runs on one process ({accelerator.num_processes} were launched): its "
+                        "generation worker does not yet serve several; launch one process, or set async_lag=0")
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
         output_dir = Path(broadcast_object_list([str(output_dir)])[0])
-    if c.async_lag and accelerator.num_processes > 1:
-        raise PodsError(f"async_lag={c.async_lag} runs on one process ({accelerator.num_processes} were launched): its "
-                        "generation worker does not yet serve several; launch one process, or set async_lag=0")
     if c.prompts_per_step % accelerator.num_processes:
         raise PodsError(f"prompts_per_step={c.prompts_per_step} must divide evenly over {accelerator.num_processes} processes")
     check_engine(c.rollout.engine, c.rollout, autocast=accelerator.mixed_precision != "no")
