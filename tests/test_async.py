@@ -63,7 +63,6 @@ def test_async_lag_zero_runs_the_synchronous_trainer(tiny_config):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["rollout.engine=vllm"], "async_lag=1 with rollout.engine=vllm: the generation worker runs the HF engine only"),
     (["model.load_in_4bit=true", "model.lora_r=4"], "async_lag=1 with model.load_in_4bit"),
     (["rollout.top_p=0.9"], "async_lag=1 with rollout.top_p=0.9: the importance ratio of a truncated sampler"),
     (["clock=cpu"], "async_lag=1 with clock=cpu: the CPU clock counts the training process's CPU seconds, and the "

@@ -512,6 +512,22 @@ def test_vllm_smoke_run(tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "step-000002" / "model").is_dir()
 
 
+@needs_vllm
+def test_vllm_in_the_generation_worker(tmp_path):
+    """async_lag=1 with rollout.engine=vllm: the worker's vLLM engine samples each step from the
+    weights the trainer published (pushed into vLLM when its phase starts), and the update corrects
+    by vLLM's log-probs: at lag 0 (step 1) only the engines' numerical difference, then the lag."""
+    result = train("rollout.engine=vllm", f"rollout.kv_cache_mb={KV_CACHE_MB}", "async_lag=1", "threads=1",
+                   "async_worker_threads=1", "steps=3", "rewards=[rewards_for_tests:varied]", "lr=1e-2",
+                   f"output_dir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if "async/lag" in l]
+    assert [r["async/lag"] for r in rows] == [0, 1, 1]
+    assert rows[0]["sampling_ratio_max"] == pytest.approx(1.0, abs=0.05)  # the same weights, another engine
+    assert rows[2]["sampling_ratio_max"] - rows[2]["sampling_ratio_min"] > rows[0]["sampling_ratio_max"] - rows[0]["sampling_ratio_min"]
+    assert (tmp_path / "run" / "checkpoints" / "step-000003" / "pending_rollouts.pt").exists()
+
+
 @pytest.fixture(scope="module")
 def tiny_vllm_model_dir(tmp_path_factory) -> str:
     """The tiny Llama with 32-dimensional attention heads, the smallest vLLM's CPU attention takes."""

@@ -309,8 +309,8 @@ class Config:
     one that trains on them (after update max(0, t - 1 - k)); 0 is the synchronous trainer, which
     samples each step from the policy it updates. The update corrects for the lag with the
     importance ratio of ``vllm_importance_sampling_correction`` (on by default). A fixed lag, not
-    a best-effort stream: runs are reproducible and resume exactly. Runs on one process, with the
-    HF engine and top_p = 1 (refused otherwise, saying why)."""
+    a best-effort stream: runs are reproducible and resume exactly. Runs on one process, with
+    top_p = 1 (refused otherwise, saying why); the worker runs the configured engine (HF or vLLM)."""
     async_worker_threads: int | None = None
     """With ``async_lag`` >= 1, the generation worker's CPU threads; default: half the cores (at
     least one). The trainer then takes ``threads``, else the cores the worker leaves."""
@@ -528,8 +528,6 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
     need(c.async_worker_threads is None or c.async_worker_threads >= 1,
          f"async_worker_threads must be >= 1, got {c.async_worker_threads}")
     if c.async_lag:
-        need(c.rollout.engine == "hf", f"async_lag={c.async_lag} with rollout.engine={c.rollout.engine}: the generation "
-             "worker runs the HF engine only for now; use rollout.engine=hf or async_lag=0")
         need(not c.model.load_in_4bit, f"async_lag={c.async_lag} with model.load_in_4bit: the generation worker loads "
              "full-precision weights only for now; use async_lag=0")
         need(c.rollout.top_p == 1.0, f"async_lag={c.async_lag} with rollout.top_p={c.rollout.top_p}: the importance ratio "

@@ -3,7 +3,7 @@
 With ``async_lag: k`` (k >= 1) the trainer asks :class:`AsyncSampler` for a step's groups where it
 would ask :class:`podsrl.sampling.Sampler`, and the loop reads the same. Behind that call a worker
 process of its own, with its own copy of the weights and its own CPU threads (or the same GPU),
-runs the synchronous sampler: prompts, ``n`` rollouts each, scored. The rollouts of step t are
+runs the synchronous sampler: prompts, ``n`` rollouts each (the HF engine, or vLLM), scored. The rollouts of step t are
 sampled from the policy as it was after update ``max(0, t - 1 - k)``: k updates before the one
 that trains on them (the synchronous trainer samples step t after update t - 1). So while the
 trainer updates on step t, the worker generates step t + k, whose weights (after update t - 1)
@@ -230,8 +230,9 @@ def _generate_ahead(c, buffers, published, loaded, stop, out, sampler_state, fir
     if missing:
         raise PodsError(f"the worker's model has no parameter {sorted(missing)[0]!r}")
     task = task_from_config(c.task, c.seed)
-    engine = make_engine("hf", model, tokenizer, c.rollout, c.model.trust_remote_code)
-    engine.record_logp = True  # the log-probs the update's correction divides by
+    engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout, c.model.trust_remote_code)
+    if c.rollout.engine == "hf":
+        engine.record_logp = True  # the log-probs the update's correction divides by (vLLM returns its own)
     system_prompt = task.system_prompt if c.task.system_prompt is None else c.task.system_prompt
     scorer = Scorer({name: load_reward(name) for name in c.rewards}, c.reward_weights, c.reward_workers,
                     c.reward_timeout_s, c.reward_memory_mb, c.reward_wall_timeout_s)
@@ -249,9 +250,11 @@ def _generate_ahead(c, buffers, published, loaded, stop, out, sampler_state, fir
                 with torch.no_grad():
                     for name, b in buffers.items():
                         params[name].copy_(b)
+                engine.sync_weights()  # vLLM: pushed into the engine when the phase starts
                 have = need
                 loaded.value = need
-            groups = sampler.step_groups(step)
+            with engine.phase():
+                groups = sampler.step_groups(step)
             out.send({"step": step, "version": need, "groups": groups, "sampler_state": sampler.state_dict()})
             step += 1
     finally:
