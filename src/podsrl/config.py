@@ -528,8 +528,6 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
     need(c.async_worker_threads is None or c.async_worker_threads >= 1,
          f"async_worker_threads must be >= 1, got {c.async_worker_threads}")
     if c.async_lag:
-        need(not c.model.load_in_4bit, f"async_lag={c.async_lag} with model.load_in_4bit: the generation worker loads "
-             "full-precision weights only for now; use async_lag=0")
         need(c.rollout.top_p == 1.0, f"async_lag={c.async_lag} with rollout.top_p={c.rollout.top_p}: the importance ratio "
              "of a truncated sampler needs the trained policy's mass on the sampler's nucleus (trl#6789), which the "
              "worker does not yet return; use rollout.top_p=1.0")

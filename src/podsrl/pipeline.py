@@ -220,7 +220,7 @@ def _generate_ahead(c, buffers, published, loaded, stop, out, sampler_state, fir
     tqdm.set_lock(threading.RLock())  # not tqdm's default, a semaphore that a killed worker would leave behind
     device = buffers[next(iter(buffers))].device
     tokenizer = models.load_tokenizer(c.model.name_or_path)
-    model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code)
+    model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
     if c.model.lora_r > 0:
         model = models.add_lora(model, c.model.lora_r, c.model.lora_alpha, c.model.lora_dropout,
                                 c.model.lora_target_modules)
