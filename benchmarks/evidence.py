@@ -6,6 +6,7 @@ their confirmation on fresh seeds, with statistics fixed before its first run.
     python benchmarks/evidence.py b          # GRPO-GA vs PODS at the same n, seeds 0-4, times on the CPU clock
     python benchmarks/evidence.py confirm-a  # (a)'s methods on seeds 8-15
     python benchmarks/evidence.py confirm-b  # (b)'s methods on seeds 8-12
+    python benchmarks/evidence.py confirm-b8 # (b) on seeds 8-15: GRPO-GA 13-15 trained, the rest taken
     python benchmarks/evidence.py report a   # figures, targets, per-seed tables: report.md (also b, confirm-a, confirm-b)
 
 All read the chosen task and its learning rate from benchmarks/results/task_selection/summary.json
@@ -35,6 +36,10 @@ final level, the mean of its seed-mean curve's last three evaluations (:data:`TA
   interval's upper end below 1.0.
 - confirm-b: PODS's speed-up on the training CPU clock to 90% of GRPO-GA's gain: at least 1.7, the
   interval's lower end above 1.0.
+- confirm-b8: confirm-b on eight seeds, 8-15, with the same measure and target (fixed before its
+  GRPO-GA runs of seeds 13-15): its PODS runs are confirm-a's, its GRPO-GA runs of seeds 8-12
+  confirm-b's; the summary that podsrl compare writes in its folder gives q = 0.95 (its sensitivity
+  table) and the per-seed geometric mean beside it.
 - Secondary: the differences in mean accuracy over the budget, against steps and against time.
 """
 
@@ -69,6 +74,7 @@ COMPARISONS = {
     "b": dict(B, seeds=range(0, 5), pods_from="a", primary="peak"),
     "confirm-a": dict(A, seeds=range(8, 16), pods_from=None, primary="gain"),
     "confirm-b": dict(B, seeds=range(8, 13), pods_from="confirm-a", primary="gain"),
+    "confirm-b8": dict(B, seeds=range(8, 16), pods_from="confirm-a", ga_from="confirm-b", primary="gain"),
 }
 """Each comparison: its methods, seeds, reference and overrides; the comparison whose finished
 PODS runs of the same seeds it takes (they have its settings); and the target its pre-registered
@@ -113,6 +119,7 @@ TARGETS = {
     "confirm-b": [Target("PODS reaches 90% of GRPO-GA's gain at least 1.7x sooner on the training CPU clock, the "
                          "interval's lower end above 1.0", "pods speedup_to_gain", at_least(1.7, 1.0))],
 }
+TARGETS["confirm-b8"] = TARGETS["confirm-b"]
 """The targets each comparison is judged on, fixed before its runs."""
 
 
@@ -151,25 +158,27 @@ def run(comparison: str) -> int:
     settings = {k: v for k, v in yaml.safe_load((ROOT / CONFIGS[task]).read_text()).items() if k not in ("steps", "eval_every")}
     (out / "task.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     if spec["pods_from"]:  # the other comparison's PODS runs of these seeds have these settings: taken, not trained again
-        reuse_pods_runs(folder(spec["pods_from"], task), out, spec["seeds"])
+        reuse_runs(folder(spec["pods_from"], task), out, spec["seeds"])
+    if spec.get("ga_from"):  # and the GRPO-GA runs of those seeds that another comparison trained
+        reuse_runs(folder(spec["ga_from"], task), out, spec["seeds"], "grpo-ga")
     cmd = command(comparison, task, lr)
     print(" ".join(cmd), flush=True)
     return subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT).returncode
 
 
-def reuse_pods_runs(source: Path, out: Path, seeds) -> None:
-    """Copy another comparison's finished PODS runs of ``seeds`` into ``out``; compare checks each
-    copy's recorded config against this comparison's before it counts the run as done (and
-    refuses a mismatch)."""
+def reuse_runs(source: Path, out: Path, seeds, method: str = "pods") -> None:
+    """Copy another comparison's finished runs of ``method`` and ``seeds`` into ``out``; compare
+    checks each copy's recorded config against this comparison's before it counts the run as done
+    (and refuses a mismatch)."""
     import shutil
 
     from podsrl.compare import finished_at
 
     for seed in seeds:
-        run, there = source / "pods" / f"seed-{seed}", out / "pods" / f"seed-{seed}"
+        run, there = source / method / f"seed-{seed}", out / method / f"seed-{seed}"
         if not there.exists() and run.is_dir() and (finished_at(run, "step") or 0) >= STEPS:
             shutil.copytree(run, there)
-            print(f"pods seed {seed}: taken from {run.relative_to(ROOT)}", flush=True)
+            print(f"{method} seed {seed}: taken from {run.relative_to(ROOT)}", flush=True)
 
 
 def report(comparison: str, out: Path | None = None) -> str:

@@ -223,6 +223,14 @@ def test_the_confirmation_drivers_run_seeds_8_to_15_then_8_to_12_reusing_pods(ev
     # GRPO-GA and PODS learn alike per step; a PODS step costs 2 CPU s, a GRPO-GA step 5: 2.5x
     assert ("| PODS reaches 90% of GRPO-GA's gain at least 1.7x sooner on the training CPU clock, the interval's lower end "
             "above 1.0 | 2.50 [2.50–2.50] (never 0/2000) | met |") in text
+    calls.clear()  # (b) on eight seeds: only GRPO-GA's seeds 13-15 train; PODS's runs are confirm-a's, GRPO-GA 8-12 confirm-b's
+    assert evidence.run("confirm-b8") == 0
+    assert sorted(calls) == [("grpo-ga", s) for s in range(13, 16)]
+    said = capsys.readouterr().out
+    assert "grpo-ga seed 12: taken from benchmarks/results/evidence_confirm_b_arithmetic_2digit/grpo-ga/seed-12" in said
+    assert "pods seed 15: taken from benchmarks/results/evidence_confirm_a_arithmetic_2digit/pods/seed-15" in said
+    assert evidence.report("confirm-b8").startswith("Comparison (confirm-b8), evidence_confirm_b8_arithmetic_2digit, "
+                                                    "over seeds 8–15.")
 
 
 @pytest.fixture
