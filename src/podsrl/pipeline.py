@@ -34,9 +34,11 @@ speeds, every compared method has the same staleness, and a run resumes exactly.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import threading
 import time
+
 import torch
 
 from podsrl.errors import PodsError, first_line
@@ -101,6 +103,10 @@ class AsyncSampler:
                                                          state, first, os.getpid()), name="podsrl-generation", daemon=False)
         self.process.start()
         writer.close()  # the worker's end: the pipe reports EOF once the worker is gone
+        # the pipe drained as items come, so that the worker never waits on a full pipe to run ahead
+        self.received: queue.Queue = queue.Queue()
+        self.reader = threading.Thread(target=self._drain, name="podsrl-generation-reader", daemon=True)
+        self.reader.start()
         self.closed = False
 
     # ------------------------------------------------------------------ the trainer's calls
@@ -165,14 +171,23 @@ class AsyncSampler:
             self.pending[item["step"]] = item
         return self.pending[step]
 
+    def _drain(self) -> None:
+        """The reader thread: every item the worker sends, in order, until the pipe closes."""
+        try:
+            while True:
+                self.received.put(self.out.recv())
+        except (EOFError, OSError):  # the worker ended, or close() closed the pipe
+            pass
+
     def _receive(self) -> dict:
         while True:
             try:
-                item = self.out.recv() if self.out.poll(POLL_S) else None
-            except (EOFError, OSError):
-                self.process.join(POLL_S)
-                item = None
-            if item is None:
+                item = self.received.get(timeout=POLL_S)
+            except queue.Empty:
+                if not self.process.is_alive():
+                    self.reader.join(POLL_S)  # what the worker sent before it ended (its error) comes first
+                    if not self.received.empty():
+                        continue
                 self._check_alive()
                 continue
             if "error" in item:
