@@ -6,16 +6,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from conftest import last_wins, running, subprocess_env
+from conftest import running
 from podsrl import models
 from podsrl.config import load_config
 from podsrl.errors import PodsError
@@ -27,13 +24,11 @@ from podsrl.rollout.hf import HFEngine
 from podsrl.sampling import Sampler
 from podsrl.tasks import task_from_config
 from podsrl.trainer import make_scorer, train
+from test_bad_input import start, wait_for_step
 from test_tempered import T, Tabular, every_completion
+from test_trainer import final_weights, read_metrics
 
 ASYNC = ["async_lag=1", "threads=1", "async_worker_threads=1", "reward_workers=0"]
-
-
-def read_metrics(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def logged(run: Path) -> dict[int, list[str]]:
@@ -202,10 +197,6 @@ def test_each_steps_rollouts_are_those_its_policy_version_samples(tiny_config, t
     assert rows[3]["sampling_ratio"] != 1.0 and rows[3]["sampling_ratio_min"] <= rows[3]["sampling_ratio_max"]
 
 
-def final_weights(run: Path) -> dict:
-    return load_file(max((run / "checkpoints").glob("step-*")) / "model" / "model.safetensors")
-
-
 def test_a_resumed_run_equals_the_uninterrupted_one(tiny_config, tmp_path):
     """At k = 2 the checkpoint of step 2 holds the rollouts of steps 3 and 4, generated from the
     versions before it; resumed from it, the run's rollouts, metrics and weights are the
@@ -279,21 +270,6 @@ def test_a_compared_method_may_set_a_lag(tiny_model_dir, tmp_path):
 # --------------------------------------------------------------------------- killed, interrupted
 
 
-def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "podsrl", "train", *last_wins(args)], cwd=cwd, env=subprocess_env(),
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-
-def wait_for_step(proc: subprocess.Popen, run: Path, step: int) -> None:
-    metrics = run / "metrics.jsonl"
-    while proc.poll() is None:
-        if metrics.exists() and any(json.loads(l)["step"] >= step for l in metrics.read_text().splitlines() if l.endswith("}")):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"the run ended before step {step}: {proc.communicate()[1][-3000:]}")
-
-
 def worker_of(pid: int) -> int:
     """The generation worker's pid: the child of ``pid`` that multiprocessing spawned (not its
     resource tracker)."""
@@ -321,7 +297,7 @@ def long_run(tiny_overrides, run: Path, *extra: str) -> list[str]:
 
 def test_a_worker_that_dies_ends_the_run_in_one_line_keeping_the_last_checkpoint(tiny_overrides, tmp_path):
     run = tmp_path / "run"
-    proc = start(long_run(tiny_overrides, run), tmp_path)
+    proc = start("train", *long_run(tiny_overrides, run), cwd=tmp_path)
     wait_for_step(proc, run, 2)
     os.kill(worker_of(proc.pid), signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
@@ -337,7 +313,7 @@ def test_a_worker_that_dies_ends_the_run_in_one_line_keeping_the_last_checkpoint
 @pytest.mark.parametrize("sent,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_stop_both_processes(tiny_overrides, tmp_path, sent, code):
     run = tmp_path / "run"
-    proc = start(long_run(tiny_overrides, run), tmp_path)
+    proc = start("train", *long_run(tiny_overrides, run), cwd=tmp_path)
     wait_for_step(proc, run, 2)
     worker = worker_of(proc.pid)
     proc.send_signal(sent)
@@ -351,7 +327,7 @@ def test_killed_with_sigkill_and_resumed_equals_uninterrupted(tiny_overrides, tm
     """SIGKILL of the trainer: its worker notices and ends; resumed from the last checkpoint the run
     ends with the weights of a run never interrupted."""
     run, straight = tmp_path / "run", tmp_path / "straight"
-    proc = start(long_run(tiny_overrides, run, "save_every=2"), tmp_path)
+    proc = start("train", *long_run(tiny_overrides, run, "save_every=2"), cwd=tmp_path)
     wait_for_step(proc, run, 3)
     worker = worker_of(proc.pid)
     proc.kill()
@@ -359,7 +335,7 @@ def test_killed_with_sigkill_and_resumed_equals_uninterrupted(tiny_overrides, tm
     assert gone(worker)
     assert sorted((run / "checkpoints").glob("step-*"))
     for folder, extra in ((run, ["resume=true"]), (straight, [])):
-        done = start(long_run(tiny_overrides, folder, "save_every=2", "steps=6", *extra), tmp_path)
+        done = start("train", *long_run(tiny_overrides, folder, "save_every=2", "steps=6", *extra), cwd=tmp_path)
         _, err = done.communicate(timeout=600)
         assert done.returncode == 0, err
     wa, wb = final_weights(straight), final_weights(run)

@@ -245,8 +245,9 @@ class Config:
     probability to vLLM's (other kernels, often another precision: bf16, CUDA graphs), as TRL
     does, per token or per sequence and truncated or masked at the cap
     (``vllm_importance_sampling_mode``); its mean, the share of tokens past the cap, and the
-    ratio's least and greatest values before the cap (per token or per sequence, as the mode) are logged (``sampling_ratio``,
-    ``sampling_clipped``, ``sampling_ratio_min``, ``sampling_ratio_max``). With ``async_lag`` the
+    ratio's least and greatest values before the cap (per token or per sequence, as the mode) are
+    logged (``sampling_ratio``, ``sampling_clipped``, ``sampling_ratio_min``,
+    ``sampling_ratio_max``). With ``async_lag`` the
     same correction, μ the lagged policy that sampled. The HF engine of a synchronous run samples
     from the policy itself."""
     vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "sequence_mask"
@@ -587,13 +588,15 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
     _check_applies(c, baseline or Config())
 
 
-VLLM_ONLY = ("rollout.gpu_memory_utilization", "rollout.kv_cache_mb", "rollout.sleep", "rollout.dtype",
-             "vllm_importance_sampling_correction", "vllm_importance_sampling_cap", "vllm_importance_sampling_mode")
-"""Settings of the vLLM engine (and of the correction for its sampling): the HF engine samples
-from the policy itself, so with it they would be recorded and do nothing."""
+VLLM_ONLY = ("rollout.gpu_memory_utilization", "rollout.kv_cache_mb", "rollout.sleep", "rollout.dtype")
+"""Settings of the vLLM engine: with the HF engine they would be recorded and do nothing."""
+SAMPLER_CORRECTION = ("vllm_importance_sampling_correction", "vllm_importance_sampling_cap", "vllm_importance_sampling_mode")
+"""Settings of the correction for a sampler that is not the trained policy (vLLM's kernels, or the
+lagged policy of ``async_lag``): a synchronous HF engine samples from the policy itself, so with it
+they would be recorded and do nothing."""
 APPLIES_WITH = (  # (keys, what they need, the key that decides, whether this config has it)
-    (VLLM_ONLY[:4], "rollout.engine=vllm", "rollout.engine", lambda c: c.rollout.engine == "vllm"),
-    (VLLM_ONLY[4:], "rollout.engine=vllm or async_lag >= 1 (a sampler that is not the trained policy)", "rollout.engine",
+    (VLLM_ONLY, "rollout.engine=vllm", "rollout.engine", lambda c: c.rollout.engine == "vllm"),
+    (SAMPLER_CORRECTION, "rollout.engine=vllm or async_lag >= 1 (a sampler that is not the trained policy)", "rollout.engine",
      lambda c: c.rollout.engine == "vllm" or c.async_lag > 0),
     (("async_worker_threads",), "async_lag >= 1", "async_lag", lambda c: c.async_lag > 0),
     (("rollout.batch_size", "rollout.share_prompt_cache", "rollout.decoder"), "rollout.engine=hf",

@@ -58,6 +58,7 @@ def source_commit() -> str:
         return "unknown"
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
+
 def record_start(folder: Path, start_step: int) -> None:
     """Append this start of the run in ``folder`` to its :data:`COMMIT_FILE`, so that a reader can
     tell which code made each part of it."""

@@ -46,7 +46,7 @@ from podsrl.downsample import select
 from podsrl.errors import PodsError, os_error_text, os_reason
 from podsrl.evaluate import evaluate
 from podsrl.logprobs import completion_logprobs, lean_head
-from podsrl.loss import policy_loss
+from podsrl.loss import importance_sampling_ratio, policy_loss
 from podsrl.memory import PeakMemory
 from podsrl.pipeline import AsyncSampler, trainer_threads
 from podsrl.rewards import load_reward
@@ -118,7 +118,7 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     folder (locked for this run) while the model loads."""
     output_dir = Path(c.output_dir) if c.output_dir else default_output_dir(c)
     if c.threads or c.async_lag:
-        torch.set_num_threads(trainer_threads(c) if c.async_lag else c.threads)
+        torch.set_num_threads(trainer_threads(c))
     if accelerator is None:
         accelerator = make_accelerator(c, output_dir)
     if c.async_lag and accelerator.num_processes > 1:
@@ -346,7 +346,7 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
                 _add_stats(totals, loss, stats)
                 if sampler_logp is not None and iteration == 0:
                     _add_extremes(extremes, (old[part] if old is not None else logp.detach()), sampler_logp[r, :C], cmask,
-                                  c.vllm_importance_sampling_mode.startswith("sequence"))
+                                  c.vllm_importance_sampling_mode)
         grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
         s.optimizer.step()
         totals["grad_norm"] += float(grad_norm) if grad_norm is not None else math.nan
@@ -385,12 +385,12 @@ def _add_stats(totals: dict, loss: torch.Tensor, stats) -> None:
     totals["weighed"] += w
 
 
-def _add_extremes(extremes: list[float], old: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor,
-                  per_sequence: bool) -> None:
-    """Widen ``[least, greatest]`` by one micro-batch's sampler ratios π_old / μ, before any cap:
-    each token's, or ``per_sequence`` each sequence's (the product of its tokens')."""
-    log_ratio = (old.detach().float() - sampler.to(old.device).float()) * mask
-    ratio = log_ratio.sum(-1).exp()[mask.any(-1)] if per_sequence else log_ratio.exp()[mask.bool()]
+def _add_extremes(extremes: list[float], old: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor, mode: str) -> None:
+    """Widen ``[least, greatest]`` by one micro-batch's sampler ratios π_old / μ before any cap, as
+    ``mode`` forms them: each token's, or each sequence's (the product of its tokens')."""
+    ratio = importance_sampling_ratio(old.detach().float(), sampler.to(old.device).float(), mask,
+                                      mode.replace("mask", "truncate"), None, math.inf)
+    ratio = ratio[:, 0][mask.any(-1)] if mode.startswith("sequence") else ratio[mask.bool()]
     if len(ratio):
         extremes[0], extremes[1] = min(extremes[0], float(ratio.min())), max(extremes[1], float(ratio.max()))
 
