@@ -3,6 +3,7 @@ the importance ratio; each step's rollouts are those of its policy version, a re
 an uninterrupted one, and a worker that fails, dies or is interrupted ends the run in one line."""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -25,7 +26,7 @@ from podsrl.sampling import Sampler
 from podsrl.tasks import task_from_config
 from podsrl.trainer import make_scorer, train
 from test_bad_input import start, wait_for_step
-from test_tempered import T, Tabular, every_completion
+from test_tempered import BOS, T, V, Tabular, every_completion
 from test_trainer import final_weights, read_metrics
 
 ASYNC = ["async_lag=1", "threads=1", "async_worker_threads=1", "reward_workers=0"]
@@ -58,7 +59,8 @@ def test_async_lag_zero_runs_the_synchronous_trainer(tiny_config):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["rollout.top_p=0.9"], "async_lag=1 with rollout.top_p=0.9: the importance ratio of a truncated sampler"),
+    (["rollout.engine=vllm", "rollout.top_p=0.9"], "async_lag=1 with rollout.engine=vllm and rollout.top_p=0.9: the "
+                                                   "importance ratio of a truncated sampler needs the nucleus"),
     (["clock=cpu"], "async_lag=1 with clock=cpu: the CPU clock counts the training process's CPU seconds, and the "
                     "generation worker's would not count"),
     (["async_lag=-1"], "async_lag must be >= 0"),
@@ -113,6 +115,64 @@ def test_the_hf_engine_returns_the_log_probs_its_tokens_were_sampled_with(tiny_m
     assert float(out.sampler_logp[mask].min()) < -0.5  # sampled, not greedy: some tokens were unlikely
 
 
+def is_nucleus(probs: torch.Tensor, kept: set[int], top_p: float, tol: float = 1e-5) -> bool:
+    """Whether ``kept`` is the top-p nucleus of ``probs`` (to within ``tol``, as a batched decode
+    and a full forward round differently): no token outside it is more likely than one inside; its
+    mass reaches ``top_p``; without its least likely token it would not."""
+    inside = probs[sorted(kept)]
+    outside = probs[[v for v in range(len(probs)) if v not in kept]]
+    mass = float(inside.sum())
+    return (not len(outside) or float(outside.max()) <= float(inside.min()) + tol) and mass >= top_p - tol \
+        and mass - float(inside.min()) < top_p + tol
+
+
+@pytest.mark.parametrize("decoder", ["loop", "generate"])
+def test_under_top_p_the_hf_engine_records_each_tokens_nucleus_and_its_log_prob_there(tiny_model_dir, decoder):
+    """Each sampled token's nucleus, checked against the model's own next-token distribution of
+    its prefix, and its log-probability renormalised over that nucleus."""
+    torch.set_num_threads(1)
+    tokenizer = models.load_tokenizer(tiny_model_dir)
+    model = models.load_model(tiny_model_dir)
+    plain = HFEngine(model, tokenizer, decoder=decoder, top_p=0.8).generate(["12 + 7 ="], 4, 1.0, 6, seeds=[3])
+    out = HFEngine(model, tokenizer, decoder=decoder, top_p=0.8, record_logp=True).generate(["12 + 7 ="], 4, 1.0, 6, seeds=[3])
+    assert plain.sampler_support is None and torch.equal(out.completion_ids, plain.completion_ids)
+    prompt = out.prompt_ids[0][out.prompt_mask[0].bool()]
+    sizes = []
+    for row in range(4):
+        completion = out.completion_ids[row][out.completion_mask[row].bool()]
+        with torch.no_grad():
+            logits = model(input_ids=torch.cat([prompt, completion])[None]).logits[0, len(prompt) - 1 : -1].float()
+        for t, token in enumerate(completion.tolist()):
+            probs = torch.softmax(logits[t], -1)
+            nucleus = {v for v in out.sampler_support[row, t].tolist() if v >= 0}
+            assert is_nucleus(probs, nucleus, 0.8) and token in nucleus
+            expected = math.log(float(probs[token]) / float(sum(probs[v] for v in nucleus)))
+            assert out.sampler_logp[row, t].item() == pytest.approx(expected, abs=1e-4)
+            sizes.append(len(nucleus))
+        assert bool((out.sampler_support[row, len(completion):] == -1).all())  # nothing at padding
+    assert min(sizes) < max(sizes)  # nuclei of different sizes, padded to the widest
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_the_trainers_log_probs_renormalised_over_a_nucleus_match_brute_force(lean):
+    """completion_logprobs with a support: log(π(y) / Σ_{v ∈ S} π(v)) per token, from the tabular
+    policy's probabilities; an empty nucleus keeps the full log-prob."""
+    model = Tabular(seed=2)
+    args = every_completion()
+    support = torch.tensor([[0, 2], [1, -1]], dtype=torch.int32).expand(9, 2, 2).clone()  # S_1 = {0, 2}, S_2 = {1}
+    support[:, 1] = torch.where(args[2][:, 1:2] == 1, support[:, 1], -1)  # second token outside {1}: empty
+    support[:, 0] = torch.where((args[2][:, :1] == 1), torch.tensor([1, -1], dtype=torch.int32), support[:, 0])
+    head = model.lm_head if lean else None
+    logp, replayed = completion_logprobs(model, *args, head=head, temperature=T, support=support)
+    assert not replayed.requires_grad
+    for i, (a, b) in enumerate(args[2].tolist()):
+        for t, (previous, token) in enumerate(((BOS, a), (a, b))):
+            probs = torch.softmax(model.lm_head.weight[:, previous].detach() / T, -1)
+            nucleus = [v for v in support[i, t].tolist() if v >= 0] or list(range(V))
+            assert replayed[i, t].item() == pytest.approx(math.log(probs[token] / probs[nucleus].sum()), abs=1e-6)
+            assert logp[i, t].item() == pytest.approx(math.log(probs[token]), abs=1e-6)  # fp32 on the full path
+
+
 # --------------------------------------------------------------------------- the correction
 
 
@@ -150,6 +210,69 @@ def test_at_a_lag_the_corrected_gradient_is_the_on_policy_gradient(mode):
     uncorrected = expected_gradient(lagged, policy, None)
     assert torch.allclose(corrected, on_policy, atol=1e-12)
     assert float((uncorrected - on_policy).norm()) > 0.01 * float(on_policy.norm())
+
+
+def tabular_nuclei(model: Tabular, top_p: float) -> dict[int, list[int]]:
+    """Each previous token's top-p nucleus of the tabular policy at T: most likely tokens first,
+    until their mass reaches top_p."""
+    nuclei = {}
+    for previous in (BOS, *range(V)):
+        probs = torch.softmax(model.lm_head.weight[:, previous].detach() / T, -1)
+        order, mass, kept = probs.argsort(descending=True).tolist(), 0.0, []
+        for v in order:
+            if mass >= top_p:
+                break
+            kept.append(v)
+            mass += float(probs[v])
+        nuclei[previous] = kept
+    return nuclei
+
+
+def truncated_gradient(sampler: Tabular, policy: Tabular, top_p: float, replay: bool | None) -> torch.Tensor:
+    """E_{y ~ sampler's top-p distribution}[−∇ loss(y)], an exact sum over the completions inside
+    its nuclei, with A = R(y). ``replay``: weighted by the sequence ratio over the nuclei (the
+    sampler's log-probs shifted by the policy's log π − log π^S); False: by π_θ(y) / q^S(y);
+    None: unweighted (a synchronous run of ``policy``, which samples from its own nuclei)."""
+    args = every_completion()
+    reward = torch.tensor([1.0, 0.0, 0.3, 0.0, 2.0, 0.5, 1.0, 0.0, 0.7], dtype=torch.float64)
+    nuclei = tabular_nuclei(sampler, top_p)
+    support = torch.tensor([[nuclei[BOS] + [-1] * (V - len(nuclei[BOS])), nuclei[a] + [-1] * (V - len(nuclei[a]))]
+                            for a, _ in args[2].tolist()], dtype=torch.int32)  # [9, 2, V]
+    inside = [a in nuclei[BOS] and b in nuclei[a] for a, b in args[2].tolist()]
+    _, sampled = completion_logprobs(sampler, *args, temperature=T, support=support)  # log q^S
+    logp, replayed = completion_logprobs(policy, *args, temperature=T, support=support)
+    behaviour = sampled + (logp.detach() - replayed) if replay else sampled
+    W = policy.lm_head.weight
+    total = torch.zeros_like(W)
+    for i in range(len(reward)):
+        if not inside[i]:
+            continue
+        loss, _ = policy_loss(logp[i : i + 1], reward[i : i + 1], args[3][i : i + 1].double(), loss_type="dapo",
+                              sampler_logp=None if replay is None else behaviour[i : i + 1], sampling_cap=3.0,
+                              vllm_importance_sampling_mode="sequence_truncate")
+        (g,) = torch.autograd.grad(-loss, W, retain_graph=True)
+        total += sampled[i].sum().exp() * g
+    return total
+
+
+def test_under_top_p_the_ratio_over_the_nucleus_gives_the_synchronous_gradient():
+    """Sampling replay, exactly: a lagged sampler drawing from its top-p nuclei, each sequence
+    weighted by the ratio of the two policies renormalised over those nuclei, gives in expectation
+    the gradient of the synchronous run (which samples from the policy's own nuclei: the same sets
+    here). The ratio of the full policy to the truncated sampler gives another gradient."""
+    policy = Tabular(seed=0)
+    lagged = Tabular(seed=0)
+    with torch.no_grad():
+        lagged.lm_head.weight.add_(0.15 * torch.randn(lagged.lm_head.weight.shape, generator=torch.Generator().manual_seed(1),
+                                                      dtype=torch.float64))
+    top_p = 0.7
+    assert tabular_nuclei(lagged, top_p) == tabular_nuclei(policy, top_p)
+    assert any(len(kept) < V for kept in tabular_nuclei(policy, top_p).values())  # truncation happens
+    synchronous = truncated_gradient(policy, policy, top_p, None)
+    replayed = truncated_gradient(lagged, policy, top_p, True)
+    full_ratio = truncated_gradient(lagged, policy, top_p, False)
+    assert torch.allclose(replayed, synchronous, atol=1e-12)
+    assert float((full_ratio - synchronous).norm()) > 0.01 * float(synchronous.norm())
 
 
 # --------------------------------------------------------------------------- the pipeline, end to end
@@ -239,6 +362,20 @@ def test_a_4_bit_base_under_lora_trains_at_a_lag(tiny_config):
     rows = {r["step"]: r for r in read_metrics(out) if "async/lag" in r}
     assert [rows[t]["async/lag"] for t in (1, 2, 3)] == [0, 1, 1]
     assert all(0 < rows[t]["sampling_ratio_min"] <= rows[t]["sampling_ratio_max"] < 10 for t in (1, 2, 3))
+
+
+@pytest.mark.parametrize("iterations", ["num_iterations=1", "num_iterations=2"])
+def test_under_top_p_a_lagged_run_takes_the_ratio_over_the_nucleus(tiny_config, iterations):
+    """End to end: step 1 is sampled from the weights the trainer holds at step 1 (version 0), so
+    over the nucleus every ratio is 1 up to rounding, where the full policy's probability over the
+    nucleus's would be its mass, well below 1 at top_p = 0.7; step 2's policy has moved."""
+    out = train(tiny_config(*ASYNC, iterations, "rollout.top_p=0.7", "rollout.temperature=1.0", "lr=5e-2",
+                            "vllm_importance_sampling_mode=token_truncate"))
+    rows = {r["step"]: r for r in read_metrics(out) if "async/lag" in r}
+    assert [rows[t]["async/lag"] for t in (1, 2)] == [0, 1]
+    assert rows[1]["sampling_ratio_min"] == pytest.approx(1.0, abs=1e-3)
+    assert rows[1]["sampling_ratio_max"] == pytest.approx(1.0, abs=1e-3)
+    assert rows[2]["sampling_ratio_max"] - rows[2]["sampling_ratio_min"] > 1e-2
 
 
 def test_a_reward_that_fails_in_the_worker_ends_the_run_in_one_line(tiny_config):

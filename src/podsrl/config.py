@@ -310,8 +310,9 @@ class Config:
     one that trains on them (after update max(0, t - 1 - k)); 0 is the synchronous trainer, which
     samples each step from the policy it updates. The update corrects for the lag with the
     importance ratio of ``vllm_importance_sampling_correction`` (on by default). A fixed lag, not
-    a best-effort stream: runs are reproducible and resume exactly. Runs on one process, with
-    top_p = 1 (refused otherwise, saying why); the worker runs the configured engine (HF or vLLM)."""
+    a best-effort stream: runs are reproducible and resume exactly. Runs on one process; the worker
+    runs the configured engine (HF or vLLM). Under top-p < 1 the HF worker records the nucleus of
+    each token and the ratio is taken on it (sampling replay); vLLM with top-p < 1 is refused."""
     async_worker_threads: int | None = None
     """With ``async_lag`` >= 1, the generation worker's CPU threads; default: half the cores (at
     least one). The trainer then takes ``threads``, else the cores the worker leaves."""
@@ -529,9 +530,11 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
     need(c.async_worker_threads is None or c.async_worker_threads >= 1,
          f"async_worker_threads must be >= 1, got {c.async_worker_threads}")
     if c.async_lag:
-        need(c.rollout.top_p == 1.0, f"async_lag={c.async_lag} with rollout.top_p={c.rollout.top_p}: the importance ratio "
-             "of a truncated sampler needs the trained policy's mass on the sampler's nucleus (trl#6789), which the "
-             "worker does not yet return; use rollout.top_p=1.0")
+        need(c.rollout.top_p == 1.0 or c.rollout.engine != "vllm",
+             f"async_lag={c.async_lag} with rollout.engine=vllm and rollout.top_p={c.rollout.top_p}: the importance "
+             "ratio of a truncated sampler needs the nucleus each token was drawn from (trl#6789), which vLLM returns "
+             "only with return_sampling_mask (Model Runner V2 and a top-k bound), not wired here; use the HF engine "
+             "or rollout.top_p=1.0")
         need(c.clock == "wall", f"async_lag={c.async_lag} with clock=cpu: the CPU clock counts the training process's "
              "CPU seconds, and the generation worker's would not count; use clock=wall")
     need(c.reward_wall_timeout_s >= c.reward_timeout_s, "reward_wall_timeout_s must be >= reward_timeout_s")

@@ -85,12 +85,18 @@ def lean_head(model: nn.Module) -> nn.Linear | None:
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                        completion_mask: Tensor, head: nn.Linear | None = None, temperature: float = 1.0) -> Tensor:
+                        completion_mask: Tensor, head: nn.Linear | None = None, temperature: float = 1.0,
+                        support: Tensor | None = None):
     """Log-probabilities ``[N, C]`` of the completion tokens under ``model`` at ``temperature``
     (its logits divided by it; 0 at padding).
 
     ``model`` is called as it is (wrapped by DDP, say); ``head``, its output layer (from
-    :func:`lean_head` on the unwrapped model), selects the lean path."""
+    :func:`lean_head` on the unwrapped model), selects the lean path.
+
+    ``support`` ``[N, C, K]``: the nucleus each token was sampled from (``Rollouts.sampler_support``,
+    -1 past its size). Then the result is a pair: the log-probs, and beside them, detached, the
+    same log-probs renormalised over each token's nucleus (sampling replay):
+    ``z[y_t] − logsumexp(z[S_t])``; a position whose nucleus is empty keeps the full distribution's."""
     from podsrl.rollout.hf import position_ids
 
     keep_prompt = prompt_mask.any(0).nonzero()[0].item()  # drop all-padding columns on the left
@@ -103,7 +109,12 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     if head is None:  # full logits of the completion positions; logsumexp keeps no second copy
         logits = _tempered(model(**inputs).logits[:, :-1], temperature)  # [N, C, V]
         picked = logits.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1).float()
-        return (picked - torch.logsumexp(logits.float(), -1)) * completion_mask
+        logp = (picked - torch.logsumexp(logits.float(), -1)) * completion_mask
+        if support is None:
+            return logp
+        with torch.no_grad():
+            exact = logits.detach().to(torch.promote_types(logits.dtype, torch.float32))
+            return logp, _replayed(exact, completion_ids, support, logp.detach()) * completion_mask
 
     captured = []
 
@@ -119,4 +130,23 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     hidden = captured[0][:, :-1]  # [N, C, H]: position t predicts completion token t
     keep = completion_mask.bool()
     logp = linear_logprobs(hidden[keep], head.weight, completion_ids[keep], temperature=temperature)  # [T]
-    return torch.zeros(keep.shape, dtype=logp.dtype, device=logp.device).masked_scatter(keep, logp)
+    whole = lambda t: torch.zeros(keep.shape, dtype=t.dtype, device=t.device).masked_scatter(keep, t)
+    if support is None:
+        return whole(logp)
+    with torch.no_grad():  # the nucleus's logits a chunk of tokens at a time, as the lean path computes
+        h, ids, nuclei, full = hidden[keep].detach(), completion_ids[keep], support[keep], logp.detach()
+        w = head.weight.to(h.dtype)
+        chunk = max(1, CHUNK_MB * 2**20 // (4 * w.shape[0]))
+        replayed = torch.cat([_replayed((_tempered(h[i : i + chunk], temperature) @ w.T).to(full.dtype), ids[i : i + chunk],
+                                        nuclei[i : i + chunk], full[i : i + chunk]) for i in range(0, len(h), chunk)])
+    return whole(logp), whole(replayed)
+
+
+def _replayed(logits: Tensor, targets: Tensor, support: Tensor, full: Tensor) -> Tensor:
+    """``logits[..., y] − logsumexp(logits[..., S])`` for ``logits [..., V]``, ``targets [...]``
+    and nuclei ``support [..., K]`` (-1 past their size); ``full`` where a nucleus is empty."""
+    support = support.long()
+    nucleus = logits.gather(-1, support.clamp(min=0)).masked_fill(support < 0, -torch.inf)
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    empty = (support < 0).all(-1)
+    return torch.where(empty, full, picked - torch.logsumexp(nucleus.masked_fill(empty[..., None], 0.0), -1))

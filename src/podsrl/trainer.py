@@ -305,9 +305,20 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     extra = sharding.micro_batches_everywhere(acc, len(batches.parts)) - len(batches.parts)
     passes = [(p, t, 1.0) for p, t in zip(batches.parts, batches.tokens)] + [(batches.parts[0][:1], 1.0, 0.0)] * extra
     sampler_logp = rollouts.sampler_logp if c.vllm_importance_sampling_correction else None
-    forward = lambda r, m: completion_logprobs(m, rollouts.prompt_ids[r], rollouts.prompt_mask[r],
-                                               rollouts.completion_ids[r, :C], rollouts.completion_mask[r, :C], s.head,
-                                               c.rollout.temperature)
+    # a sampler that drew from a nucleus (top-p): the ratio is taken over that nucleus (sampling replay)
+    support = rollouts.sampler_support if sampler_logp is not None else None
+    # per token, log π_old(y) − log π_old^S(y), π_old renormalised over the nucleus S: added to the
+    # sampler's log-probs, it makes exp(ℓ_old − ℓ_μ) the ratio of the two distributions on S
+    replay = torch.zeros(len(rows), C, device=acc.device) if support is not None else None
+
+    def forward(r, m, replayed: list | None = None):
+        nucleus = {} if replayed is None else {"support": support[r, :C].to(acc.device)}
+        out = completion_logprobs(m, rollouts.prompt_ids[r], rollouts.prompt_mask[r], rollouts.completion_ids[r, :C],
+                                  rollouts.completion_mask[r, :C], s.head, c.rollout.temperature, **nucleus)
+        if replayed is None:
+            return out
+        replayed.append(out[1])
+        return out[0]
     model.train()
     # b. the old policy's log-probs, before the first optimizer step changes it
     old = None
@@ -316,7 +327,10 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
         with torch.no_grad():
             old = torch.zeros(len(rows), C, device=acc.device)
             for part, _, _ in passes:
-                old[part] = forward(rows[part], model).to(old.dtype)
+                replayed = [] if replay is not None else None
+                old[part] = forward(rows[part], model, replayed).to(old.dtype)
+                if replayed:
+                    replay[part] = old[part] - replayed[0].to(old.dtype)
     totals = dict.fromkeys(("loss", "clip_low", "clip_high", "clip_region", "kl", "sampling_ratio", "sampling_clipped",
                             "weighed", "grad_norm"), 0.0)
     extremes = [math.inf, -math.inf]  # the least and greatest per-token sampler ratio, before any cap
@@ -329,13 +343,19 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
             cmask = rollouts.completion_mask[r, :C]
             sync = i == len(passes) - 1
             with nullcontext() if sync else acc.no_sync(model):
-                logp = forward(r, model)
+                replayed = [] if replay is not None and old is None and iteration == 0 else None
+                logp = forward(r, model, replayed)
+                if replayed:
+                    replay[part] = (logp.detach() - replayed[0]).to(replay.dtype)
+                sampled = None if sampler_logp is None else sampler_logp[r, :C].to(logp.device)
+                if replay is not None:
+                    sampled = sampled + replay[part].to(sampled.dtype)
                 ref = reference_logprobs(s, rollouts, r, C, c.rollout.temperature) if c.beta > 0 else None
                 loss, stats = policy_loss(
                     logp, adv[part].to(logp.device), cmask, old_logp=None if old is None else old[part],
                     ref_logp=ref, beta=c.beta, epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high,
                     loss_type=c.loss_type, max_completion_length=c.rollout.max_new_tokens, num_sequences=len(rows),
-                    num_tokens=float(num_tokens), sampler_logp=None if sampler_logp is None else sampler_logp[r, :C].to(logp.device),
+                    num_tokens=float(num_tokens), sampler_logp=sampled,
                     sampling_cap=c.vllm_importance_sampling_cap, importance_sampling_level=c.importance_sampling_level,
                     vllm_importance_sampling_mode=c.vllm_importance_sampling_mode,
                     use_bias_correction_kl=c.use_bias_correction_kl, accumulation_steps=batches.accumulation_steps,
@@ -345,7 +365,7 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
             if weight:
                 _add_stats(totals, loss, stats)
                 if sampler_logp is not None and iteration == 0:
-                    _add_extremes(extremes, (old[part] if old is not None else logp.detach()), sampler_logp[r, :C], cmask,
+                    _add_extremes(extremes, (old[part] if old is not None else logp.detach()), sampled, cmask,
                                   c.vllm_importance_sampling_mode)
         grad_norm = acc.clip_grad_norm_(model.parameters(), c.max_grad_norm) if c.max_grad_norm > 0 else None
         s.optimizer.step()

@@ -20,13 +20,19 @@ class Rollouts(NamedTuple):
     texts: list[str]  # [N] decoded completions, special tokens removed
     sampler_logp: Tensor | None = None  # [N, C] log-probs the sampler gave its tokens (0 at padding);
     # None where the policy itself sampled them (the HF engine)
+    sampler_support: Tensor | None = None  # [N, C, K] int32: the token ids of the nucleus each token was
+    # drawn from (top-p < 1), -1 past its size; None: the whole vocabulary. sampler_logp is then over the nucleus
+
+
+def _index(t: Tensor | None, index: Tensor) -> Tensor | None:
+    return None if t is None else t[index.to(t.device)]
 
 
 def take_rows(r: Rollouts, rows: list[int]) -> Rollouts:
     """The rollouts at ``rows``, in that order."""
     index = torch.tensor(rows, dtype=torch.long)
-    logp = None if r.sampler_logp is None else r.sampler_logp[index.to(r.sampler_logp.device)]
-    return Rollouts(*(t[index.to(t.device)] for t in r[:4]), [r.texts[i] for i in rows], logp)
+    return Rollouts(*(t[index.to(t.device)] for t in r[:4]), [r.texts[i] for i in rows], _index(r.sampler_logp, index),
+                    _index(r.sampler_support, index))
 
 
 def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
@@ -41,7 +47,14 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         torch.cat([right(p.completion_ids, pad_id) for p in parts]), torch.cat([right(p.completion_mask, 0) for p in parts]),
         [t for p in parts for t in p.texts],
         None if any(p.sampler_logp is None for p in parts) else torch.cat([right(p.sampler_logp, 0.0) for p in parts]),
+        None if any(p.sampler_support is None for p in parts) else pad_support([p.sampler_support for p in parts], completion_w),
     )
+
+
+def pad_support(parts: list[Tensor], width: int) -> Tensor:
+    """Nucleus tensors ``[N_i, C_i, K_i]`` as one ``[sum N_i, width, max K_i]``, padded with -1."""
+    k = max(p.shape[2] for p in parts)
+    return torch.cat([F.pad(p, (0, k - p.shape[2], 0, width - p.shape[1]), value=-1) for p in parts])
 
 
 def cut_short(ids: list[int], max_new_tokens: int, eos_ids) -> bool:

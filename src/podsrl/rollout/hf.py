@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from podsrl.errors import PodsError
-from podsrl.rollout import OnChunk, Rollouts
+from podsrl.rollout import OnChunk, Rollouts, pad_support
 
 
 def mask_after_eos(completion_ids: torch.Tensor, eos_ids: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,25 +81,37 @@ def row_uniforms(seeds: torch.Tensor, position: int) -> torch.Tensor:
 def sample_rows(logits: torch.Tensor, seeds: torch.Tensor, position: int, temperature: float, top_p: float = 1.0,
                 with_logp: bool = False):
     """Tokens ``[B]`` drawn from ``softmax(logits / temperature)`` (top-p truncated) by inverse CDF
-    at each row's :func:`row_uniforms`; ``temperature <= 0`` is greedy. ``with_logp``: also each
-    token's log-probability under ``softmax(logits / temperature)``, the full distribution, as a
-    trainer's forward computes it (the log-probs the sampled tokens had)."""
+    at each row's :func:`row_uniforms`; ``temperature <= 0`` is greedy.
+
+    ``with_logp``: ``(tokens, logp, support)``, where ``logp`` is each token's log-probability
+    under the distribution it was drawn from: ``softmax(logits / temperature)`` as a trainer's
+    forward computes it, or with ``top_p < 1`` that distribution renormalised over the nucleus;
+    ``support`` ``[B, K]`` (int32) is then the nucleus's token ids, -1 past each row's size (the
+    trainer renormalises its own log-probs over it, sampling replay), else None."""
     if temperature <= 0:
         token = logits.argmax(-1)
-        return (token, torch.zeros(len(token), device=logits.device)) if with_logp else token
-    if with_logp:
-        token = sample_rows(logits, seeds, position, temperature, top_p)
-        logp = torch.log_softmax(logits.float() / temperature, -1).gather(-1, token.unsqueeze(-1)).squeeze(-1)
-        return token, logp
+        return (token, torch.zeros(len(token), device=logits.device), None) if with_logp else token
     probs = torch.softmax(logits.float() / temperature, -1)  # [B, V]
+    kept = None
     if top_p < 1.0:
         sorted_p, order = probs.sort(-1, descending=True)
         outside = sorted_p.cumsum(-1) - sorted_p > top_p  # mass before a token already > top_p
         probs = probs.scatter(-1, order, sorted_p.masked_fill(outside, 0.0))
         probs = probs / probs.sum(-1, keepdim=True)
+        kept = (~outside).sum(-1)  # [B] the nucleus's size; its tokens are order[:, :kept]
     u = row_uniforms(seeds.to(probs.device), position).to(probs.dtype)  # [B]
     token = torch.searchsorted(probs.cumsum(-1), u.unsqueeze(-1)).squeeze(-1)  # first token whose CDF >= u
-    return token.clamp(max=probs.shape[-1] - 1)
+    token = token.clamp(max=probs.shape[-1] - 1)
+    if not with_logp:
+        return token
+    logq = torch.log_softmax(logits.float() / temperature, -1)
+    if kept is None:
+        return token, logq.gather(-1, token.unsqueeze(-1)).squeeze(-1), None
+    width = int(kept.max())
+    support = order[:, :width].masked_fill(torch.arange(width, device=kept.device) >= kept[:, None], -1)
+    nucleus = logq.gather(-1, support.clamp(min=0)).masked_fill(support < 0, -torch.inf)  # [B, K]
+    logp = logq.gather(-1, token.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(nucleus, -1)
+    return token, logp, support.to(torch.int32)
 
 
 def row_seed_tensor(seeds: list[int]) -> torch.Tensor:
@@ -120,6 +133,17 @@ def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
     return int(same.long().cumprod(0).sum())
 
 
+class Decoded(NamedTuple):
+    """One generate call's completions: ids and mask ``[B, C]``; with ``record_logp``, the
+    sampler's log-probs ``[B, C]`` and, under top-p, its nuclei ``[B, C, K]``
+    (:func:`sample_rows`)."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    logp: torch.Tensor | None = None
+    support: torch.Tensor | None = None
+
+
 class RowSampler(LogitsProcessor):
     """:func:`sample_rows` as a logits processor for ``generate``: returns a one-hot score, so it
     runs under greedy decoding. ``prompt_width`` is the (padded) prompt length of the call, so that
@@ -129,13 +153,16 @@ class RowSampler(LogitsProcessor):
         self.seeds = row_seed_tensor(seeds)
         self.temperature, self.top_p, self.prompt_width = temperature, top_p, prompt_width
         self.logps: list[torch.Tensor] | None = [] if record_logp else None  # [B] per new token
+        self.supports: list[torch.Tensor] = []  # [B, K] per new token, top-p < 1 only
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         position = input_ids.shape[1] - self.prompt_width
         token = sample_rows(scores, self.seeds, position, self.temperature, self.top_p, with_logp=self.logps is not None)
         if self.logps is not None:
-            token, logp = token
+            token, logp, support = token
             self.logps.append(logp)
+            if support is not None:
+                self.supports.append(support)
         return torch.full_like(scores, float("-inf")).scatter(-1, token.unsqueeze(-1), 0.0)
 
 
@@ -244,29 +271,35 @@ class HFEngine:
         for first in range(0, len(prompts), per_call):
             rows = slice(first * n, (first + per_call) * n)
             if static:
-                ids, mask, logp = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
+                out = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
                                            row_seeds[rows], cache_implementation="static")
             else:
                 chunk = (enc["input_ids"][first : first + per_call].to(device),
                          enc["attention_mask"][first : first + per_call].to(device))
                 cache, cache_mask = self._prompt_cache(*chunk, n, share_prefix=decoder == "loop")
                 if decoder == "loop" and hasattr(cache, "batch_select_indices"):
-                    ids, mask, logp = self._decode(prompt_ids[rows], cache_mask, temperature, max_new_tokens, row_seeds[rows], cache)
+                    out = self._decode(prompt_ids[rows], cache_mask, temperature, max_new_tokens, row_seeds[rows], cache)
                 else:
                     if decoder == "loop" and cache is not None:  # a cache that cannot drop rows: generate
                         cache, _ = self._prompt_cache(*chunk, n)  # from one without a shared prefix
-                    ids, mask, logp = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
-                                                     row_seeds[rows], cache)
-            chunks.append((ids, mask, logp))
+                    out = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
+                                         row_seeds[rows], cache)
+            ids, mask = out.ids, out.mask
+            chunks.append(out)
             texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
             if on_chunk is not None:
                 on_chunk(first, texts[rows], [row[m.bool()].tolist() for row, m in zip(ids.cpu(), mask.cpu())])
         self.model.train(was_training)
-        width = max(ids.shape[1] for ids, _, _ in chunks)
-        completion_ids = torch.cat([F.pad(ids, (0, width - ids.shape[1]), value=pad) for ids, _, _ in chunks])  # [N, C]
-        completion_mask = torch.cat([F.pad(mask, (0, width - mask.shape[1]), value=0) for _, mask, _ in chunks])
-        logp = torch.cat([F.pad(lp, (0, width - lp.shape[1])) for _, _, lp in chunks]) if self.record_logp else None
-        return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, logp)
+        width = max(out.ids.shape[1] for out in chunks)
+        completion_ids = torch.cat([F.pad(out.ids, (0, width - out.ids.shape[1]), value=pad) for out in chunks])  # [N, C]
+        completion_mask = torch.cat([F.pad(out.mask, (0, width - out.mask.shape[1]), value=0) for out in chunks])
+        logp = torch.cat([F.pad(out.logp, (0, width - out.logp.shape[1])) for out in chunks]) if self.record_logp else None
+        support = None
+        if any(out.support is not None for out in chunks):  # a chunk decoded greedily has none: the whole vocabulary
+            support = pad_support([out.support if out.support is not None else
+                                   torch.full((*out.ids.shape, 1), -1, dtype=torch.int32, device=out.ids.device)
+                                   for out in chunks], width)
+        return Rollouts(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, logp, support)
 
     def _prompt_cache(self, ids: torch.Tensor, mask: torch.Tensor, n: int, share_prefix: bool = False):
         """The KV cache of all but the last token of each (left-padded) prompt, repeated for its n
@@ -303,7 +336,7 @@ class HFEngine:
             cache.batch_repeat_interleave(n)
         return cache, mask.repeat_interleave(n, 0)
 
-    def _decode(self, ids, mask, temperature, max_new_tokens, seeds, cache) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def _decode(self, ids, mask, temperature, max_new_tokens, seeds, cache) -> Decoded:
         """Token by token from the last prompt token on. Rows that have ended leave the batch (and
         the cache) once they are a quarter of it: dropping rows copies the whole cache, so it is
         done a few times per call rather than at every step where one row ends."""
@@ -311,6 +344,7 @@ class HFEngine:
         seeds = seeds.to(device)
         tokens = torch.full((N, max_new_tokens), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
         logps = torch.zeros(N, max_new_tokens, device=device) if self.record_logp else None
+        supports = []  # (step, rows, nucleus [b, K]) while the sampler records its nuclei
         eos = torch.tensor(self.eos_ids, device=device)
         running = torch.arange(N, device=device)  # rows in the batch
         ended = torch.zeros(N, dtype=torch.bool, device=device)  # of the rows in the batch
@@ -322,8 +356,10 @@ class HFEngine:
                                 use_cache=True, **{cache_kwarg(): cache}).logits[:, -1]  # [B, V]
             current = sample_rows(logits, seeds[running], t, temperature, self.top_p, with_logp=self.record_logp)
             if self.record_logp:
-                current, logp = current
+                current, logp, support = current
                 logps[running[~ended], t] = logp[~ended]
+                if support is not None:
+                    supports.append((t, running[~ended], support[~ended]))
             tokens[running[~ended], t] = current[~ended]
             steps = t + 1
             ended |= torch.isin(current, eos)
@@ -337,10 +373,16 @@ class HFEngine:
                 running, current, attention, positions, ended = (
                     running[keep], current[keep], attention[keep], positions[keep], ended[keep])
         ids, mask = mask_after_eos(tokens[:, :steps], self.eos_ids, self.tokenizer.pad_token_id)
-        return ids, mask, None if logps is None else logps[:, :steps] * mask
+        nuclei = None
+        if supports:
+            nuclei = torch.full((N, steps, max(s.shape[1] for _, _, s in supports)), -1, dtype=torch.int32, device=device)
+            for t, rows, support in supports:
+                nuclei[rows, t, : support.shape[1]] = support
+            nuclei = nuclei.masked_fill(~mask.bool()[..., None], -1)
+        return Decoded(ids, mask, None if logps is None else logps[:, :steps] * mask, nuclei)
 
     def _generate(self, ids, mask, temperature, max_new_tokens, seeds, cache=None,
-                  cache_implementation: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                  cache_implementation: str | None = None) -> Decoded:
         sampler = None
         if temperature <= 0:
             sampling = dict(do_sample=False)
@@ -356,8 +398,14 @@ class HFEngine:
         # masked per call, before any padding: the pad token may be the EOS token
         new, new_mask = mask_after_eos(out[:, ids.shape[1] :], self.eos_ids, self.tokenizer.pad_token_id)
         if not self.record_logp:
-            return new, new_mask, None
+            return Decoded(new, new_mask)
         if sampler is None:  # greedy: each token had probability 1 under the sampler
-            return new, new_mask, torch.zeros(new.shape, device=new.device)
-        logp = torch.stack(sampler.logps, 1)[:, : new.shape[1]] if sampler.logps else torch.zeros(new.shape, device=new.device)
-        return new, new_mask, F.pad(logp, (0, new.shape[1] - logp.shape[1])) * new_mask
+            return Decoded(new, new_mask, torch.zeros(new.shape, device=new.device))
+        width = new.shape[1]
+        logp = torch.stack(sampler.logps, 1)[:, :width] if sampler.logps else torch.zeros(new.shape, device=new.device)
+        nuclei = None
+        if sampler.supports:
+            k = max(s.shape[1] for s in sampler.supports)
+            nuclei = torch.stack([F.pad(s, (0, k - s.shape[1]), value=-1) for s in sampler.supports], 1)[:, :width]
+            nuclei = F.pad(nuclei, (0, 0, 0, width - nuclei.shape[1]), value=-1).masked_fill(~new_mask.bool()[..., None], -1)
+        return Decoded(new, new_mask, F.pad(logp, (0, width - logp.shape[1])) * new_mask, nuclei)
