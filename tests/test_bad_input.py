@@ -1102,7 +1102,6 @@ def parent_of(pid: int) -> int | None:
     (["adaptive_n=true"], "plan models one generate call of n rollouts per prompt a step; adaptive_n changes how many"),
     (["dynamic_sampling=true"], "dynamic_sampling changes how many are generated, so leave it at its default for plan"),
     (["prompt_filter=history"], "prompt_filter changes how many"),
-    (["async_lag=1"], "plan predicts the synchronous step, generation then update; async_lag=1 overlaps them"),
     (["--generate", "4"], "--generate needs two or more different sizes, each >= 2, got [4]"),
     (["--generate", "1,4"], "--generate needs two or more different sizes, each >= 2, got [1, 4]"),
     (["--generate", "4,x"], "argument --generate: expected whole numbers separated by commas, got '4,x'"),

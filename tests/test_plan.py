@@ -342,3 +342,51 @@ def test_plan_on_the_embedded_default_with_the_smallest_sizes(capsys, tmp_path):
     assert report["model"] == "smollm2" and report["m"] == 4 and report["sizes"]["candidates"] == [8, 16, 32]
     assert math.isfinite(report["seconds"])
     check_report(report, io.out, prompts=2)
+
+
+# --------------------------------------------------------------------------- async_lag
+
+
+def test_an_overlapped_step_is_the_longer_side_plus_its_weight_sync():
+    """Hand-worked, with the costs of the fit test above (n = 64, 10 trained, 4 prompts): the
+    worker's side is load 0.05 + generation 3.56 + scoring 0.256 = 3.866 s; the trainer's, update
+    6.0 + publish 0.1 = 6.1 s: the step is 6.1 s. With a cheaper update, 1.0 + 0.1 x 10 = 2.0 s, it
+    is the worker's 3.866 s."""
+    common = dict(per_call_s=0.5, per_rollout_s=0.01, scoring_per_rollout_s=0.001, memory_fixed_mb=None,
+                  memory_per_rollout_mb=None, prompts=4, batch_size=128, overlapped=True, publish_s=0.1, load_s=0.05)
+    slow_update = plan.CostModel(update_fixed_s=2.0, update_per_rollout_s=0.4, **common)
+    assert slow_update.step(64, 10.0, 32)["step_s"] == pytest.approx(6.1)
+    fast_update = plan.CostModel(update_fixed_s=1.0, update_per_rollout_s=0.1, **common)
+    step = fast_update.step(64, 10.0, 32)
+    assert step["step_s"] == pytest.approx(0.05 + 3.56 + 0.256)
+    assert step["generation_s"] == pytest.approx(3.56) and step["update_s"] == pytest.approx(2.0)
+
+
+def test_plan_under_a_lag_measures_generation_at_the_workers_threads_and_the_update_at_the_trainers(
+        capsys, tmp_path, tiny_overrides, monkeypatch):
+    from podsrl import sampling, trainer
+
+    seen = []
+    step_groups, update = sampling.Sampler.step_groups, trainer.update
+    monkeypatch.setattr(sampling.Sampler, "step_groups",
+                        lambda self, *a: seen.append(("G", torch.get_num_threads(), self.engine.record_logp))
+                        or step_groups(self, *a))
+    monkeypatch.setattr(trainer, "update", lambda *a, **k: seen.append(("U", torch.get_num_threads(), None)) or update(*a, **k))
+    out = tmp_path / "plan.json"
+    before = torch.get_num_threads()
+    try:
+        code, io = run_plan(capsys, tiny_overrides + ["async_lag=1", "threads=2", "async_worker_threads=1"],
+                            "--generate", "2,4", "--calls", "1", "--update", "2,4", "--candidates", "4", "--json", str(out))
+    finally:
+        torch.set_num_threads(before)
+    assert code == 0, io.err
+    assert {t for kind, t, _ in seen if kind == "G"} == {1} and {t for kind, t, _ in seen if kind == "U"} == {2}
+    assert all(logp for kind, _, logp in seen if kind == "G")  # the worker's engine records its log-probs
+    report = json.loads(out.read_text())
+    f = report["fit"]
+    assert report["async_lag"] == 1 and report["worker_threads"] == 1 and report["threads"] == 2
+    assert f["overlapped"] and f["publish_s"] > 0 and f["load_s"] > 0
+    for row in report["settings"]:  # each row's step is its longer side
+        worker = f["load_s"] + row["generation_s"] + row["scoring_s"]
+        assert row["step_s"] == pytest.approx(max(worker, row["update_s"] + f["publish_s"]))
+    assert "async_lag=1: generation at the worker's 1 thread(s), the update at the trainer's 2" in io.out

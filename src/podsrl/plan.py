@@ -34,6 +34,18 @@ a Beta distribution of the step's mean reward, its concentration fitted to how m
 mixed (:func:`read_signal`, :func:`trained_over_runs`). ``--signal all`` counts every selected
 rollout, the most an update costs.
 
+With ``async_lag`` >= 1 (:mod:`podsrl.pipeline`) generation runs in a worker beside the update,
+so the step is the longer of the two sides: generation is measured at the worker's threads, the
+update at the trainer's (one after the other, in this process), and the weight sync as the copy of
+the trained parameters into the shared buffers (the trainer publishing) and out of them (the
+worker loading)::
+
+    step = max(load + generation + scoring, update + publish)
+
+Run at once, the two sides share the machine's memory bandwidth and caches, which this does not
+measure (on a 2-core CPU each part ran about 10% longer beside the other: docs/async.md); nor the
+rollouts' trip through the pipe.
+
 The break-even of PODS (n, m) against GRPO (n = m) is ``T_GRPO / T_PODS``: PODS wins on time when
 it needs fewer than that fraction of GRPO's optimizer steps to reach the same accuracy. Against
 GRPO-GA at the same n it is ``T_GRPO-GA / T_PODS``.
@@ -107,9 +119,6 @@ def check_plan(c: Config, sizes: Sizes) -> None:
         if on:
             raise PodsError(f"plan models one generate call of n rollouts per prompt a step; {key} changes how many "
                             "are generated, so leave it at its default for plan")
-    if c.async_lag:
-        raise PodsError(f"plan predicts the synchronous step, generation then update; async_lag={c.async_lag} overlaps "
-                        "them with their threads split, which plan does not measure yet: leave async_lag at 0 for plan")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise PodsError("plan measures in one process; run it without a launcher")
     m = base_m(c)
@@ -162,6 +171,9 @@ class CostModel:
     memory_per_rollout_mb: float | None  # k1: per rollout of its largest micro-batch
     prompts: int  # P, prompts per step
     batch_size: int | None  # the engine's rows per generate pass (None: all at once)
+    overlapped: bool = False  # async_lag >= 1: generation and scoring beside the update
+    publish_s: float = 0.0  # the trainer's copy of the trained parameters into the shared buffers
+    load_s: float = 0.0  # the worker's copy out of them
 
     def step(self, n: int, trained: float, micro_batch: int) -> dict:
         """One step's predicted times with ``n`` rollouts per prompt, ``trained`` rollouts through
@@ -171,19 +183,23 @@ class CostModel:
         scoring = self.scoring_per_rollout_s * rows
         update = self.update_fixed_s + self.update_per_rollout_s * trained
         memory = None if self.memory_fixed_mb is None else self.memory_fixed_mb + self.memory_per_rollout_mb * micro_batch
-        return {"step_s": generation + scoring + update, "generation_s": generation, "scoring_s": scoring,
-                "update_s": update, "update_peak_mb": memory}
+        step = (max(self.load_s + generation + scoring, update + self.publish_s) if self.overlapped
+                else generation + scoring + update)
+        return {"step_s": step, "generation_s": generation, "scoring_s": scoring, "update_s": update,
+                "update_peak_mb": memory}
 
 
 def fit(generation: list[dict], updates: list[dict], scoring_s: float, scored: int, prompts: int,
-        batch_size: int | None) -> CostModel:
+        batch_size: int | None, sync: dict | None = None) -> CostModel:
     """The cost model from the measured points: generation ``{"calls", "rows", "seconds"}`` per
-    call, updates ``{"rows", "seconds", "peak_mb"}``."""
+    call, updates ``{"rows", "seconds", "peak_mb"}``; ``sync`` (``async_lag``): the weight sync's
+    ``{"publish_s", "load_s"}``."""
     a, b = least_squares([[p["calls"], p["rows"]] for p in generation], [p["seconds"] for p in generation])
     u0, u1 = least_squares([[1.0, p["rows"]] for p in updates], [p["seconds"] for p in updates])
     memory = [p for p in updates if p["peak_mb"] is not None and math.isfinite(p["peak_mb"])]
     k0, k1 = least_squares([[1.0, p["rows"]] for p in memory], [p["peak_mb"] for p in memory]) if len(memory) >= 2 else (None, None)
-    return CostModel(a, b, scoring_s / max(scored, 1), u0, u1, k0, k1, prompts, batch_size)
+    return CostModel(a, b, scoring_s / max(scored, 1), u0, u1, k0, k1, prompts, batch_size, sync is not None,
+                     **(sync or {}))
 
 
 def method_config(c: Config, mode: str, n: int) -> Config:
@@ -425,14 +441,20 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
     from podsrl.sampling import Sampler
     from podsrl.tasks import task_from_config
 
+    from podsrl import pipeline
+
     started = time.perf_counter()
     c = replace(c, report_to=[])
-    if c.threads:
-        torch.set_num_threads(c.threads)
+    # under async_lag, generation at the worker's threads and the update at the trainer's
+    threads = (pipeline.worker_threads(c), pipeline.trainer_threads(c)) if c.async_lag else (c.threads, c.threads)
+    if threads[1]:
+        torch.set_num_threads(threads[1])
     accelerator = trainer.make_accelerator(c, None)
     check_engine(c.rollout.engine, c.rollout, autocast=accelerator.mixed_precision != "no")
     task = task_from_config(c.task, c.seed)
-    s = trainer.load(c, accelerator, task, trainer.make_scorer(c), run=None)
+    s = trainer.load(replace(c, async_lag=0), accelerator, task, trainer.make_scorer(c), run=None)  # no worker process
+    if c.async_lag and c.rollout.engine == "hf":
+        s.engine.record_logp = True  # as the worker's engine
     P = c.prompts_per_step
     batch_size = getattr(s.engine, "batch_size", None)
     by_cpu = c.clock == "cpu"  # this process's CPU seconds, as the trainer's train_cpu_seconds counts a step
@@ -451,8 +473,14 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
         sampler = Sampler(cn, task, s.engine, s.scorer, s.tokenizer, s.system_prompt, accelerator, start_step=call)
         call += 1
         cpu = time.process_time()
-        with s.engine.phase():
-            groups = sampler.step_groups(call)
+        if threads[0]:
+            torch.set_num_threads(threads[0])
+        try:
+            with s.engine.phase():
+                groups = sampler.step_groups(call)
+        finally:
+            if threads[1]:
+                torch.set_num_threads(threads[1])
         bar.update(1)
         return groups, time.process_time() - cpu
 
@@ -498,13 +526,40 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
         bar.close()
         s.scorer.close()
     groups = torch.cat([g.rewards for g in largest])  # [calls * P, N]
-    model = fit(points, updates, scoring_s, scored, P, batch_size)
+    sync = weight_sync(s.model) if c.async_lag else None
+    model = fit(points, updates, scoring_s, scored, P, batch_size, sync)
     return {
         "model": model, "groups": groups, "generation": points, "updates": updates,
         "mean_completion_length": lengths / scored, "reward_mean": rewards / scored,
         "device": str(accelerator.device), "mixed_precision": str(accelerator.mixed_precision),
         "threads": torch.get_num_threads(), "batch_size": batch_size, "measure_s": time.perf_counter() - started,
+        "worker_threads": threads[0] if c.async_lag else None,
     }
+
+
+def weight_sync(model, repeats: int = 5) -> dict:
+    """The seconds of one weight sync under ``async_lag``, the median of ``repeats``: the trainer's
+    copy of the trained parameters (with LoRA, the adapter's) into buffers of their shape, and a
+    copy out of them into tensors of the same shape, as the worker loads them."""
+    from podsrl.pipeline import trained_parameters
+
+    params = {k: p.detach() for k, p in trained_parameters(model).items()}
+    buffers = {k: torch.empty_like(p) for k, p in params.items()}
+    loaded = {k: torch.empty_like(p) for k, p in params.items()}
+
+    def timed(pairs) -> float:
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            for dst, src in pairs:
+                dst.copy_(src)
+            if params and next(iter(params.values())).is_cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        return float(np.median(times))
+
+    return {"publish_s": timed([(buffers[k], params[k]) for k in params]),
+            "load_s": timed([(loaded[k], buffers[k]) for k in params])}
 
 
 def plan(c: Config, sizes: Sizes | None = None, signal: str = "measured", progress: bool | None = None,
@@ -527,6 +582,7 @@ def plan(c: Config, sizes: Sizes | None = None, signal: str = "measured", progre
         "model": c.model.name_or_path, "task": c.task.name, "device": m["device"], "mixed_precision": m["mixed_precision"],
         "clock": c.clock,
         "threads": m["threads"], "engine": c.rollout.engine, "prompts_per_step": c.prompts_per_step, "m": base_m(c),
+        "async_lag": c.async_lag, "worker_threads": m["worker_threads"],
         "max_new_tokens": c.rollout.max_new_tokens, "sizes": asdict(sizes), "signal": signal,
         "measured": {
             "generation": m["generation"], "updates": m["updates"], "engine_batch_size": m["batch_size"],
@@ -594,6 +650,10 @@ def render(report: dict) -> str:
         f"update: {f['update_fixed_s']:.3f} s + {f['update_per_rollout_s']:.4f} s per trained rollout (at "
         f"{', '.join(map(str, upd_rows))} rollouts){memory}",
         f"trained/step: {signal}",
+        *([f"async_lag={report['async_lag']}: generation at the worker's {report['worker_threads']} thread(s), the update "
+           f"at the trainer's {report['threads']}; weight sync {1000 * f['publish_s']:.1f} ms to publish + "
+           f"{1000 * f['load_s']:.1f} ms to load; step s = max(load + generation + scoring, update + publish), "
+           "without what the two sides cost each other run at once"] if report.get("async_lag") else []),
         "",
         table(report),
         *report["verdicts"],
