@@ -19,6 +19,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 PAGES = [ROOT / "README.md", ROOT / "docs" / "index.md"]
 # the result folders whose figures the two pages quote
 FOLDERS = ["evidence_confirm_a_arithmetic_2digit", "evidence_confirm_b_arithmetic_2digit",
+           "evidence_confirm_b8_arithmetic_2digit",
            "evidence_a_arithmetic_2digit", "evidence_b_arithmetic_2digit", "compare_arithmetic"]
 INTERVAL = re.compile(r"\[(?:95% CI )?([+−-]?\d+\.\d\d)–([+−-]?\d+\.\d\d|∞)\]")
 FIGURE = re.compile(r"([+−-]?\d+\.\d\d)")
@@ -74,6 +75,7 @@ def headline() -> dict[str, tuple[str, ...]]:
     high) as two-decimal strings, or (figure,) where the page gives no interval."""
     a = _summary("evidence_confirm_a_arithmetic_2digit")["methods"]["pods"]
     b = _summary("evidence_confirm_b_arithmetic_2digit")["methods"]["pods"]
+    b8 = _summary("evidence_confirm_b8_arithmetic_2digit")["methods"]["pods"]
     first_a = _summary("evidence_a_arithmetic_2digit")["methods"]["pods"]
     first_b = _summary("evidence_b_arithmetic_2digit")["methods"]["pods"]
     rule = re.search(r"max-variance / random, optimizer steps to 90% of grpo's gain: (\d\.\d\d) \[(\d\.\d\d)–(\d\.\d\d)\]",
@@ -88,6 +90,7 @@ def headline() -> dict[str, tuple[str, ...]]:
         "confirmation (a): max-variance's steps over random's": rule.groups(),
         "confirmation (a): CPU-clock speed-up over GRPO": ci(a, "speedup_to_gain"),
         "confirmation (b): CPU-clock speed-up over GRPO-GA": ci(b, "speedup_to_gain"),
+        "confirmation (b) on eight seeds: CPU-clock speed-up over GRPO-GA": ci(b8, "speedup_to_gain"),
         "first runs (a): steps to GRPO's peak": ci(first_a, "step_ratio_vs_reference"),
         "first runs (b): CPU clock to GRPO-GA's peak": ci(first_b, "speedup_vs_reference"),
         "update memory, GRPO (all n) over PODS": (memory[1],),

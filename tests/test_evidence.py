@@ -414,3 +414,40 @@ def test_a_runs_commit_is_this_checkouts():
 
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     assert source_commit().removesuffix("+dirty") == head
+
+
+@pytest.mark.parametrize("pods_cpu_per_step,step_target", [(3.0, "met"), (2.4, "missed")])
+def test_confirmation_c_is_judged_on_the_wall_clock_and_the_step_time_ratio(evidence, tmp_path, pods_cpu_per_step,
+                                                                              step_target):
+    """Hand-worked: GRPO's gain target is 0.1 + 0.9 x (0.4 - 0.1) = 0.37, reached at step 13.5, 27
+    wall s at 2 s a step; PODS at the lag reaches it at step 4.5, 18 wall s at 4 s a step: 1.5x
+    sooner, on every seed alike. Its step over synchronous PODS's: 4 / 6 = 0.67 (met), or 4 / 4.8
+    = 0.83 (missed)."""
+    out = tmp_path / "evidence_confirm_c"
+    for seed in evidence.COMPARISONS["confirm-c"]["seeds"]:
+        write_run(out / "grpo" / f"seed-{seed}", GRPO, 1.0)
+        write_run(out / "pods-async" / f"seed-{seed}", PODS, 2.0)
+        write_run(out / "grpo-async" / f"seed-{seed}", GRPO, 0.8)
+        write_run(out / "pods" / f"seed-{seed}", PODS, pods_cpu_per_step)
+    text = evidence.report("confirm-c", out)
+    table = rows(text)
+    assert "| 1.50 [1.50–1.50]" in table["PODS at async_lag=1 reaches 90% of synchronous GRPO's gain at least 1.3x sooner "
+                                       "on the training wall clock, the interval's lower end above 1.0"]
+    assert table["PODS at async_lag=1 reaches 90% of synchronous GRPO's gain at least 1.3x sooner on the training wall "
+                 "clock, the interval's lower end above 1.0"].endswith("| met |")
+    step = table["PODS at async_lag=1: mean step wall time over all its runs at most 0.8x synchronous PODS's (threads = 2)"]
+    assert step.startswith(f"| PODS at async_lag=1") and step.endswith(f"| {step_target} |")
+    assert f"{4 / (2 * pods_cpu_per_step):.2f}" in step
+    assert "one run at a time with the machine to itself" in text
+    # at 80% and 95% of the gain (targets 0.34 and 0.385): GRPO at steps 12 and 14.25, PODS at the lag at 4 and 4.75
+    assert ("pods-async speedup_to_gain (wall) at 80% of the gain, 1.50 [1.50–1.50]" in text
+            and "pods-async speedup_to_gain (wall) at 95% of the gain, 1.50 [1.50–1.50]" in text)
+
+
+def test_confirmation_c_runs_one_at_a_time_on_the_wall_clock_with_its_threads(evidence):
+    cmd = evidence.command("confirm-c", "arithmetic_2digit", 1e-05)
+    assert cmd[cmd.index("--clock") + 1] == "wall" and cmd[cmd.index("--jobs") + 1] == "1"
+    assert "threads=2" in cmd and cmd[cmd.index("--first-seed") + 1] == "16" and cmd[cmd.index("--seeds") + 1] == "8"
+    methods = cmd[cmd.index("--methods") + 1]
+    assert methods == ("grpo,pods-async:async_lag=1,threads=1,async_worker_threads=1,"
+                       "grpo-async:mode=grpo,n=8,async_lag=1,threads=1,async_worker_threads=1,pods")
