@@ -40,7 +40,10 @@ update at the trainer's (one after the other, in this process), and the weight s
 the trained parameters into the shared buffers (the trainer publishing) and out of them (the
 worker loading)::
 
-    step = max(load + generation + scoring, update + publish)
+    step t = max(load + generation + scoring, update_t + publish)
+
+averaged over drawn steps, each update at its own trained rollouts: the worker generates step t + 1
+beside update t only, so a short update cannot bank time for a long one.
 
 Run at once, the two sides share the machine's memory bandwidth and caches, which this does not
 measure (on a 2-core CPU each part ran about 10% longer beside the other: docs/async.md); nor the
@@ -59,6 +62,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -175,16 +179,25 @@ class CostModel:
     publish_s: float = 0.0  # the trainer's copy of the trained parameters into the shared buffers
     load_s: float = 0.0  # the worker's copy out of them
 
-    def step(self, n: int, trained: float, micro_batch: int) -> dict:
+    def step(self, n: int, trained: float, micro_batch: int, per_step: Sequence[float] | None = None) -> dict:
         """One step's predicted times with ``n`` rollouts per prompt, ``trained`` rollouts through
-        the update's forward and backward, ``micro_batch`` rollouts per micro-batch."""
+        the update's forward and backward, ``micro_batch`` rollouts per micro-batch.
+
+        Overlapped (``async_lag``): step t lasts max(worker's side, update t's side) — the worker
+        generates step t + 1 beside update t and no further ahead — so the mean step is the mean
+        of that maximum over the steps' trained rollouts ``per_step`` (their draws; default: every
+        step trains ``trained``), not the maximum of the mean parts."""
         rows = self.prompts * n
         generation = self.per_call_s * engine_calls(self.prompts, n, self.batch_size) + self.per_rollout_s * rows
         scoring = self.scoring_per_rollout_s * rows
         update = self.update_fixed_s + self.update_per_rollout_s * trained
         memory = None if self.memory_fixed_mb is None else self.memory_fixed_mb + self.memory_per_rollout_mb * micro_batch
-        step = (max(self.load_s + generation + scoring, update + self.publish_s) if self.overlapped
-                else generation + scoring + update)
+        if self.overlapped:
+            worker = self.load_s + generation + scoring
+            each = [self.update_fixed_s + self.update_per_rollout_s * r + self.publish_s for r in (per_step or [trained])]
+            step = sum(max(worker, u) for u in each) / len(each)
+        else:
+            step = generation + scoring + update
         return {"step_s": step, "generation_s": generation, "scoring_s": scoring, "update_s": update,
                 "update_peak_mb": memory}
 
@@ -208,24 +221,25 @@ def method_config(c: Config, mode: str, n: int) -> Config:
     return replace(c, mode=mode, n=m if mode == "grpo" else n, m=m)
 
 
-def trained_rollouts(c: Config, groups: torch.Tensor, generator: torch.Generator) -> float:
+def trained_rollouts(c: Config, groups: torch.Tensor, generator: torch.Generator, per_step: bool = False):
     """Rollouts the update of one step under ``c`` trains on average, with groups of ``c.n``
     rewards drawn with replacement from the measured ``groups`` ``[G, N]``: the selected ones
     whose advantage is not 0 where ``skip_zero_advantage`` applies (at least one a step, as the
-    trainer keeps), else every selected one."""
+    trainer keeps), else every selected one. ``per_step``: each drawn step's count instead (a list)."""
     from podsrl.config import trained_per_prompt
     from podsrl.trainer import skips_zero_advantage
 
     P = c.prompts_per_step
     if not skips_zero_advantage(c):
-        return float(P * trained_per_prompt(c))
+        return [float(P * trained_per_prompt(c))] if per_step else float(P * trained_per_prompt(c))
     G, N = groups.shape
     draws = max(SIGNAL_DRAWS, P)
     pick = torch.randint(N, (G * draws, c.n), generator=generator)  # [G * draws, n]
     rewards = groups.repeat_interleave(draws, 0).gather(1, pick)
     per_group = _trained_per_group(c, rewards)
     per_group = per_group[torch.randperm(len(per_group), generator=generator)]
-    return float(per_group[: len(per_group) // P * P].view(-1, P).sum(1).clamp(min=1).mean())
+    steps = per_group[: len(per_group) // P * P].view(-1, P).sum(1).clamp(min=1)
+    return steps.tolist() if per_step else float(steps.mean())
 
 
 def _trained_per_group(c: Config, rewards: torch.Tensor) -> torch.Tensor:
@@ -353,23 +367,24 @@ def other_task(recorded: dict, c: Config) -> str:
     return ""
 
 
-def trained_over_runs(c: Config, signal: Signal, rng: np.random.Generator, draws: int = 16) -> float:
+def trained_over_runs(c: Config, signal: Signal, rng: np.random.Generator, draws: int = 16, per_step: bool = False):
     """Rollouts the update of one step under ``c`` trains on average over the steps of ``signal``'s
     runs: at each step, prompts whose success rates are drawn from the fitted Beta at that step's
     mean reward, ``c.n`` 0/1 rewards each, then ``c``'s selection (at least one a step where the
-    trainer skips zero advantages)."""
+    trainer skips zero advantages). ``per_step``: each drawn step's count instead (a list)."""
     from podsrl.config import trained_per_prompt
     from podsrl.trainer import skips_zero_advantage
 
     P = c.prompts_per_step
     if not skips_zero_advantage(c):
-        return float(P * trained_per_prompt(c))
+        return [float(P * trained_per_prompt(c))] if per_step else float(P * trained_per_prompt(c))
     k = signal.concentration
     mean = np.repeat(np.clip(signal.means, 1e-6, 1 - 1e-6), draws * P)
     rate = rng.beta(mean * k, (1 - mean) * k)  # [steps * draws * P]
     rewards = torch.from_numpy((rng.random((len(rate), c.n)) < rate[:, None]).astype(np.float32))
     per_group = _trained_per_group(c, rewards)
-    return float(per_group.view(-1, P).sum(1).clamp(min=1).mean())
+    steps = per_group.view(-1, P).sum(1).clamp(min=1)
+    return steps.tolist() if per_step else float(steps.mean())
 
 
 def predict(c: Config, model: CostModel, sizes: Sizes, groups: torch.Tensor | None, signal: str = "measured",
@@ -387,10 +402,12 @@ def predict(c: Config, model: CostModel, sizes: Sizes, groups: torch.Tensor | No
     for mode, n in [("grpo", base_m(c))] + [(mode, n) for n in sizes.candidates for mode in ("pods", "grpo-ga")]:
         cm = method_config(c, mode, n)
         all_rows = float(c.prompts_per_step * trained_per_prompt(cm))
-        at_start = all_rows if signal == "all" or groups is None else trained_rollouts(cm, groups, generator)
-        trained = trained_over_runs(cm, earlier, rng) if earlier is not None and signal != "all" else at_start
+        # each drawn step's trained rollouts: their mean sets a synchronous step, their spread an overlapped one
+        starts = [all_rows] if signal == "all" or groups is None else trained_rollouts(cm, groups, generator, per_step=True)
+        drawn = trained_over_runs(cm, earlier, rng, per_step=True) if earlier is not None and signal != "all" else starts
+        at_start, trained = sum(starts) / len(starts), sum(drawn) / len(drawn)
         rows.append({"method": mode, "n": cm.n, "m": cm.m, "rollouts": c.prompts_per_step * cm.n, "trained": trained,
-                     **model.step(cm.n, trained, micro_batch_size(cm, c.prompts_per_step))})
+                     **model.step(cm.n, trained, micro_batch_size(cm, c.prompts_per_step), per_step=drawn)})
         if earlier is not None:  # the start of training's estimate beside it
             rows[-1]["trained_at_start"] = at_start
     grpo = rows[0]
@@ -652,8 +669,8 @@ def render(report: dict) -> str:
         f"trained/step: {signal}",
         *([f"async_lag={report['async_lag']}: generation at the worker's {report['worker_threads']} thread(s), the update "
            f"at the trainer's {report['threads']}; weight sync {1000 * f['publish_s']:.1f} ms to publish + "
-           f"{1000 * f['load_s']:.1f} ms to load; step s = max(load + generation + scoring, update + publish), "
-           "without what the two sides cost each other run at once"] if report.get("async_lag") else []),
+           f"{1000 * f['load_s']:.1f} ms to load; step s = the mean over drawn steps of max(load + generation + scoring, "
+           "that step's update + publish), without what the two sides cost each other run at once"] if report.get("async_lag") else []),
         "",
         table(report),
         *report["verdicts"],
