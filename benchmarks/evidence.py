@@ -72,7 +72,6 @@ SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "summary.json"
 CONFIGS = {"arithmetic_2digit": "configs/arithmetic_2digit.yaml", "letter_counting": "configs/gym_letter_counting.yaml",
            "chain_sum": "configs/gym_chain_sum.yaml"}
 STEPS = 60
-COMMON = ["--steps", str(STEPS), "--eval-every", "5", "--clock", "cpu", "--keep", "metrics", "--save-every", "10", "--jobs", "2"]
 Q = 0.9
 """The fraction of the reference's gain the robust measures time a method to (fixed before the confirmation)."""
 WINDOW = 3
@@ -165,8 +164,9 @@ def command(comparison: str, task: str, lr) -> list[str]:
     """The ``podsrl compare`` invocation (after ``python -m``) that trains a comparison's runs."""
     spec, out = COMPARISONS[comparison], folder(comparison, task)
     seeds = list(spec["seeds"])
-    common = [*COMMON[:COMMON.index("--clock")], "--clock", spec.get("clock", "cpu"), "--keep", "metrics", "--save-every",
-              "10", "--jobs", str(spec.get("jobs", 2))]
+    # every comparison's options; its clock and jobs its own (default: the CPU clock, two runs at a time)
+    common = ["--steps", str(STEPS), "--eval-every", "5", "--clock", spec.get("clock", "cpu"), "--keep", "metrics",
+              "--save-every", "10", "--jobs", str(spec.get("jobs", 2))]
     return ["podsrl", "compare", str(out / "task.yaml"), "mode=pods", f"lr={lr}", f"threads={spec.get('threads', 1)}",
             "task.test_size=500", "prompts_per_step=4", *spec["overrides"], "--methods", spec["methods"], "--seeds",
             str(len(seeds)), "--first-seed", str(seeds[0]), "--reference", spec["reference"], *common, "--out", str(out)]

@@ -73,8 +73,12 @@ def _tempered(x: Tensor, temperature: float) -> Tensor:
 def linear_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_mb: int = CHUNK_MB,
                     temperature: float = 1.0) -> Tensor:
     """Log-probabilities ``[T]`` of ``targets`` under ``hidden [T, H] @ weight.T / temperature``, chunked."""
-    chunk = max(1, chunk_mb * 2**20 // (4 * weight.shape[0]))
-    return LinearLogProbs.apply(hidden, weight, targets, chunk, temperature)
+    return LinearLogProbs.apply(hidden, weight, targets, chunk_rows(weight, chunk_mb), temperature)
+
+
+def chunk_rows(weight: Tensor, chunk_mb: int = CHUNK_MB) -> int:
+    """Tokens per chunk whose fp32 logits under the output matrix ``weight [V, H]`` fit ``chunk_mb``."""
+    return max(1, chunk_mb * 2**20 // (4 * weight.shape[0]))
 
 
 def lean_head(model: nn.Module) -> nn.Linear | None:
@@ -114,7 +118,7 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
             return logp
         with torch.no_grad():
             exact = logits.detach().to(torch.promote_types(logits.dtype, torch.float32))
-            return logp, _replayed(exact, completion_ids, support, logp.detach()) * completion_mask
+            return logp, nucleus_logprobs(exact, completion_ids, support, logp.detach()) * completion_mask
 
     captured = []
 
@@ -136,15 +140,18 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     with torch.no_grad():  # the nucleus's logits a chunk of tokens at a time, as the lean path computes
         h, ids, nuclei, full = hidden[keep].detach(), completion_ids[keep], support[keep], logp.detach()
         w = head.weight.to(h.dtype)
-        chunk = max(1, CHUNK_MB * 2**20 // (4 * w.shape[0]))
-        replayed = torch.cat([_replayed((_tempered(h[i : i + chunk], temperature) @ w.T).to(full.dtype), ids[i : i + chunk],
-                                        nuclei[i : i + chunk], full[i : i + chunk]) for i in range(0, len(h), chunk)])
+        chunk = chunk_rows(w, CHUNK_MB)
+        replayed = torch.cat([nucleus_logprobs((_tempered(h[i : i + chunk], temperature) @ w.T).to(full.dtype),
+                                               ids[i : i + chunk], nuclei[i : i + chunk], full[i : i + chunk])
+                              for i in range(0, len(h), chunk)])
     return whole(logp), whole(replayed)
 
 
-def _replayed(logits: Tensor, targets: Tensor, support: Tensor, full: Tensor) -> Tensor:
-    """``logits[..., y] − logsumexp(logits[..., S])`` for ``logits [..., V]``, ``targets [...]``
-    and nuclei ``support [..., K]`` (-1 past their size); ``full`` where a nucleus is empty."""
+def nucleus_logprobs(logits: Tensor, targets: Tensor, support: Tensor, full: Tensor) -> Tensor:
+    """``logits[..., y] − logsumexp(logits[..., S])``: the targets' log-probabilities renormalised
+    over their nuclei, for ``logits [..., V]``, ``targets [...]`` and nuclei ``support [..., K]``
+    (-1 past their size); ``full`` where a nucleus is empty. Logits or log-probs alike (a constant
+    per row cancels)."""
     support = support.long()
     nucleus = logits.gather(-1, support.clamp(min=0)).masked_fill(support < 0, -torch.inf)
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)

@@ -453,12 +453,10 @@ def verdicts(rows: list[dict]) -> list[str]:
 
 def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
     """Load the run's parts as the trainer does, measure generation, scoring and updates."""
-    from podsrl import trainer
+    from podsrl import pipeline, trainer
     from podsrl.rollout import check_engine
     from podsrl.sampling import Sampler
     from podsrl.tasks import task_from_config
-
-    from podsrl import pipeline
 
     started = time.perf_counter()
     c = replace(c, report_to=[])

@@ -311,14 +311,13 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
     # sampler's log-probs, it makes exp(ℓ_old − ℓ_μ) the ratio of the two distributions on S
     replay = torch.zeros(len(rows), C, device=acc.device) if support is not None else None
 
-    def forward(r, m, replayed: list | None = None):
-        nucleus = {} if replayed is None else {"support": support[r, :C].to(acc.device)}
+    def forward(r, m, over_nucleus: bool = False):
+        """The rows' log-probs, and with ``over_nucleus`` beside them those renormalised over the
+        sampler's nuclei (else None)."""
+        nucleus = {"support": support[r, :C].to(acc.device)} if over_nucleus else {}
         out = completion_logprobs(m, rollouts.prompt_ids[r], rollouts.prompt_mask[r], rollouts.completion_ids[r, :C],
                                   rollouts.completion_mask[r, :C], s.head, c.rollout.temperature, **nucleus)
-        if replayed is None:
-            return out
-        replayed.append(out[1])
-        return out[0]
+        return out if over_nucleus else (out, None)
     model.train()
     # b. the old policy's log-probs, before the first optimizer step changes it
     old = None
@@ -327,10 +326,10 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
         with torch.no_grad():
             old = torch.zeros(len(rows), C, device=acc.device)
             for part, _, _ in passes:
-                replayed = [] if replay is not None else None
-                old[part] = forward(rows[part], model, replayed).to(old.dtype)
-                if replayed:
-                    replay[part] = old[part] - replayed[0].to(old.dtype)
+                logp, replayed = forward(rows[part], model, replay is not None)
+                old[part] = logp.to(old.dtype)
+                if replayed is not None:
+                    replay[part] = old[part] - replayed.to(old.dtype)
     totals = dict.fromkeys(("loss", "clip_low", "clip_high", "clip_region", "kl", "sampling_ratio", "sampling_clipped",
                             "weighed", "grad_norm"), 0.0)
     extremes = [math.inf, -math.inf]  # the least and greatest per-token sampler ratio, before any cap
@@ -343,10 +342,9 @@ def update(s: Setup, c: Config, rollouts: Rollouts, chosen: Selected, step: int)
             cmask = rollouts.completion_mask[r, :C]
             sync = i == len(passes) - 1
             with nullcontext() if sync else acc.no_sync(model):
-                replayed = [] if replay is not None and old is None and iteration == 0 else None
-                logp = forward(r, model, replayed)
-                if replayed:
-                    replay[part] = (logp.detach() - replayed[0]).to(replay.dtype)
+                logp, replayed = forward(r, model, replay is not None and old is None and iteration == 0)
+                if replayed is not None:
+                    replay[part] = (logp.detach() - replayed).to(replay.dtype)
                 sampled = None if sampler_logp is None else sampler_logp[r, :C].to(logp.device)
                 if replay is not None:
                     sampled = sampled + replay[part].to(sampled.dtype)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from podsrl.errors import PodsError
+from podsrl.logprobs import nucleus_logprobs
 from podsrl.rollout import OnChunk, Rollouts, pad_support
 
 
@@ -105,13 +106,12 @@ def sample_rows(logits: torch.Tensor, seeds: torch.Tensor, position: int, temper
     if not with_logp:
         return token
     logq = torch.log_softmax(logits.float() / temperature, -1)
+    full = logq.gather(-1, token.unsqueeze(-1)).squeeze(-1)
     if kept is None:
-        return token, logq.gather(-1, token.unsqueeze(-1)).squeeze(-1), None
+        return token, full, None
     width = int(kept.max())
-    support = order[:, :width].masked_fill(torch.arange(width, device=kept.device) >= kept[:, None], -1)
-    nucleus = logq.gather(-1, support.clamp(min=0)).masked_fill(support < 0, -torch.inf)  # [B, K]
-    logp = logq.gather(-1, token.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(nucleus, -1)
-    return token, logp, support.to(torch.int32)
+    support = order[:, :width].masked_fill(torch.arange(width, device=kept.device) >= kept[:, None], -1)  # [B, K]
+    return token, nucleus_logprobs(logq, token, support, full), support.to(torch.int32)
 
 
 def row_seed_tensor(seeds: list[int]) -> torch.Tensor:
@@ -295,7 +295,7 @@ class HFEngine:
         completion_mask = torch.cat([F.pad(out.mask, (0, width - out.mask.shape[1]), value=0) for out in chunks])
         logp = torch.cat([F.pad(out.logp, (0, width - out.logp.shape[1])) for out in chunks]) if self.record_logp else None
         support = None
-        if any(out.support is not None for out in chunks):  # a chunk decoded greedily has none: the whole vocabulary
+        if any(out.support is not None for out in chunks):  # a chunk that recorded none keeps the whole vocabulary
             support = pad_support([out.support if out.support is not None else
                                    torch.full((*out.ids.shape, 1), -1, dtype=torch.int32, device=out.ids.device)
                                    for out in chunks], width)
