@@ -76,6 +76,11 @@ def linear_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_mb: i
     return LinearLogProbs.apply(hidden, weight, targets, chunk_rows(weight, chunk_mb), temperature)
 
 
+def position_ids(mask: Tensor) -> Tensor:
+    """Positions of left-padded rows as ``generate()`` numbers them (padding gets 1, masked)."""
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
 def chunk_rows(weight: Tensor, chunk_mb: int = CHUNK_MB) -> int:
     """Tokens per chunk whose fp32 logits under the output matrix ``weight [V, H]`` fit ``chunk_mb``."""
     return max(1, chunk_mb * 2**20 // (4 * weight.shape[0]))
@@ -101,8 +106,6 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     -1 past its size). Then the result is a pair: the log-probs, and beside them, detached, the
     same log-probs renormalised over each token's nucleus (sampling replay):
     ``z[y_t] − logsumexp(z[S_t])``; a position whose nucleus is empty keeps the full distribution's."""
-    from podsrl.rollout.hf import position_ids
-
     keep_prompt = prompt_mask.any(0).nonzero()[0].item()  # drop all-padding columns on the left
     prompt_ids, prompt_mask = prompt_ids[:, keep_prompt:], prompt_mask[:, keep_prompt:]
     C = completion_ids.shape[1]

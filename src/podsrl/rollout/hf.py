@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from podsrl.errors import PodsError
-from podsrl.logprobs import nucleus_logprobs
+from podsrl.logprobs import nucleus_logprobs, position_ids
 from podsrl.rollout import OnChunk, Rollouts, pad_support
 
 
@@ -20,11 +20,6 @@ def mask_after_eos(completion_ids: torch.Tensor, eos_ids: list[int], pad_id: int
     is_eos = torch.isin(completion_ids, torch.tensor(eos_ids, device=completion_ids.device))
     after = (is_eos.cumsum(-1) - is_eos.long()) > 0  # strictly after the first EOS
     return completion_ids.masked_fill(after, pad_id), (~after).long()
-
-
-def position_ids(mask: torch.Tensor) -> torch.Tensor:
-    """Positions of left-padded rows as ``generate()`` numbers them (padding gets 1, masked)."""
-    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
