@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny randomly initialised Llama with SmolLM2's tokenizer, and paths."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +16,12 @@ from podsrl.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+# A suite started in the background (``make test &``) inherits Ctrl-C ignored; the tests of Ctrl-C
+# send it and expect Python's handler, here and in the processes they start (which get the
+# default disposition back at exec, and Python's handler with it).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def free_port() -> int:

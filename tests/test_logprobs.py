@@ -29,6 +29,29 @@ def test_linear_logprobs_at_a_temperature_gradcheck():
     assert torch.allclose(linear_logprobs(hidden, weight, targets, temperature=0.6).double(), reference, atol=1e-6)
 
 
+def test_with_nuclei_the_same_pass_gives_the_log_probs_renormalised_over_each_one():
+    """Given the tokens' nuclei, the pass returns beside the log-probs (same values, same gradient)
+    each target's probability over its nucleus, computed here from the softmax's probabilities
+    by a loop: p(y) / sum of p over the nucleus; an empty nucleus keeps the full log-prob."""
+    g = torch.Generator().manual_seed(5)
+    hidden = torch.randn(7, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    weight = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    targets = torch.randint(0, 11, (7,), generator=g)
+    support = torch.full((7, 4), -1, dtype=torch.int32)
+    for t in range(6):  # row 6's nucleus stays empty
+        others = [v for v in torch.randperm(11, generator=g).tolist() if v != targets[t]][: t % 4]
+        support[t, : 1 + len(others)] = torch.tensor([int(targets[t]), *others], dtype=torch.int32)
+    logp, replayed = LinearLogProbs.apply(hidden, weight, targets, 3, 0.6, support)
+    assert not replayed.requires_grad
+    assert torch.equal(logp, LinearLogProbs.apply(hidden, weight, targets, 3, 0.6))
+    assert torch.autograd.gradcheck(lambda h, w: LinearLogProbs.apply(h, w, targets, 3, 0.6, support)[0], (hidden, weight))
+    probs = torch.softmax(hidden.detach() @ weight.detach().T / 0.6, -1)
+    for t in range(7):
+        nucleus = [int(v) for v in support[t] if v >= 0]
+        expected = (probs[t, targets[t]] / sum(probs[t, v] for v in nucleus)).log() if nucleus else probs[t, targets[t]].log()
+        assert abs(float(replayed[t]) - float(expected)) < 1e-10, t
+
+
 def test_linear_logprobs_matches_log_softmax_in_float32():
     g = torch.Generator().manual_seed(1)
     hidden = torch.randn(40, 16, generator=g, requires_grad=True)

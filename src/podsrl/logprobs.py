@@ -28,24 +28,34 @@ CHUNK_MB = 256
 class LinearLogProbs(torch.autograd.Function):
     """``log_softmax(hidden @ weight.T / temperature)[targets]`` for ``hidden [T, H]``, ``weight
     [V, H]``, ``targets [T]``, computed ``chunk`` rows at a time; returns ``[T]`` in fp32 (fp64 for
-    fp64 inputs)."""
+    fp64 inputs). With nuclei ``support [T, K]`` it returns a pair: beside the log-probs, from the
+    same chunk's logits and without a gradient, the log-probs renormalised over each nucleus
+    (:func:`nucleus_logprobs`)."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int, temperature: float = 1.0) -> Tensor:
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk: int, temperature: float = 1.0,
+                support: Tensor | None = None):
         w = weight.to(hidden.dtype)
         exact = torch.promote_types(hidden.dtype, torch.float32)  # softmax precision
         out = torch.empty(len(hidden), dtype=exact, device=hidden.device)
         lse = torch.empty_like(out)
+        replayed = None if support is None else torch.empty_like(out)
         for i in range(0, len(hidden), chunk):
-            logits = (_tempered(hidden[i : i + chunk], temperature) @ w.T).to(exact)  # [c, V] = (h / T) W^T
-            lse[i : i + chunk] = torch.logsumexp(logits, -1)
-            out[i : i + chunk] = logits.gather(1, targets[i : i + chunk, None]).squeeze(1) - lse[i : i + chunk]
+            rows = slice(i, i + chunk)
+            logits = (_tempered(hidden[rows], temperature) @ w.T).to(exact)  # [c, V] = (h / T) W^T
+            lse[rows] = torch.logsumexp(logits, -1)
+            out[rows] = logits.gather(1, targets[rows, None]).squeeze(1) - lse[rows]
+            if replayed is not None:
+                replayed[rows] = nucleus_logprobs(logits, targets[rows], support[rows], out[rows])
         ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.chunk, ctx.temperature = chunk, temperature
-        return out
+        if replayed is None:
+            return out
+        ctx.mark_non_differentiable(replayed)
+        return out, replayed
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor):
+    def backward(ctx, grad_out: Tensor, *_):  # no gradient flows through the renormalised log-probs
         hidden, weight, targets, lse = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         w = weight.to(hidden.dtype)
@@ -61,7 +71,7 @@ class LinearLogProbs(torch.autograd.Function):
                 grad_h[i : i + ctx.chunk] = (g.to(hidden.dtype) @ w).to(hidden.dtype)
             if need_w:
                 grad_w += g.T @ h.to(lse.dtype)
-        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None
+        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None, None
 
 
 def _tempered(x: Tensor, temperature: float) -> Tensor:
@@ -71,9 +81,10 @@ def _tempered(x: Tensor, temperature: float) -> Tensor:
 
 
 def linear_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_mb: int = CHUNK_MB,
-                    temperature: float = 1.0) -> Tensor:
-    """Log-probabilities ``[T]`` of ``targets`` under ``hidden [T, H] @ weight.T / temperature``, chunked."""
-    return LinearLogProbs.apply(hidden, weight, targets, chunk_rows(weight, chunk_mb), temperature)
+                    temperature: float = 1.0, support: Tensor | None = None):
+    """Log-probabilities ``[T]`` of ``targets`` under ``hidden [T, H] @ weight.T / temperature``,
+    chunked; with nuclei ``support [T, K]``, the pair of :class:`LinearLogProbs`."""
+    return LinearLogProbs.apply(hidden, weight, targets, chunk_rows(weight, chunk_mb), temperature, support)
 
 
 def position_ids(mask: Tensor) -> Tensor:
@@ -136,18 +147,10 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
         handle.remove()
     hidden = captured[0][:, :-1]  # [N, C, H]: position t predicts completion token t
     keep = completion_mask.bool()
-    logp = linear_logprobs(hidden[keep], head.weight, completion_ids[keep], temperature=temperature)  # [T]
     whole = lambda t: torch.zeros(keep.shape, dtype=t.dtype, device=t.device).masked_scatter(keep, t)
-    if support is None:
-        return whole(logp)
-    with torch.no_grad():  # the nucleus's logits a chunk of tokens at a time, as the lean path computes
-        h, ids, nuclei, full = hidden[keep].detach(), completion_ids[keep], support[keep], logp.detach()
-        w = head.weight.to(h.dtype)
-        chunk = chunk_rows(w, CHUNK_MB)
-        replayed = torch.cat([nucleus_logprobs((_tempered(h[i : i + chunk], temperature) @ w.T).to(full.dtype),
-                                               ids[i : i + chunk], nuclei[i : i + chunk], full[i : i + chunk])
-                              for i in range(0, len(h), chunk)])
-    return whole(logp), whole(replayed)
+    out = linear_logprobs(hidden[keep], head.weight, completion_ids[keep], temperature=temperature,
+                          support=None if support is None else support[keep])  # [T], or ([T], [T])
+    return whole(out) if support is None else (whole(out[0]), whole(out[1]))
 
 
 def nucleus_logprobs(logits: Tensor, targets: Tensor, support: Tensor, full: Tensor) -> Tensor:
