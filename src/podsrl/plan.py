@@ -190,11 +190,12 @@ class CostModel:
         rows = self.prompts * n
         generation = self.per_call_s * engine_calls(self.prompts, n, self.batch_size) + self.per_rollout_s * rows
         scoring = self.scoring_per_rollout_s * rows
-        update = self.update_fixed_s + self.update_per_rollout_s * trained
+        update_at = lambda r: self.update_fixed_s + self.update_per_rollout_s * r  # an update of r trained rollouts
+        update = update_at(trained)
         memory = None if self.memory_fixed_mb is None else self.memory_fixed_mb + self.memory_per_rollout_mb * micro_batch
         if self.overlapped:
             worker = self.load_s + generation + scoring
-            each = [self.update_fixed_s + self.update_per_rollout_s * r + self.publish_s for r in (per_step or [trained])]
+            each = [update_at(r) + self.publish_s for r in (per_step or [trained])]
             step = sum(max(worker, u) for u in each) / len(each)
         else:
             step = generation + scoring + update
