@@ -431,6 +431,30 @@ def test_plot_reads_a_torn_last_line_ignores_other_folders_and_names_missing_see
     assert captured.err.strip() == "podsrl: note: not in the table (no run, or no evaluation yet): pods seed 1"
 
 
+def test_plot_against_another_reference_writes_its_own_summary_and_leaves_the_recorded_one(capsys, tmp_path):
+    # one seed each. grpo-ga (20 s a step), steps 0-4: 0.1, 0.3, 0.5, 0.5, 0.5; final level
+    # 0.5, gain 0.4, 90% of it 0.46, reached at step 2 - 0.04 / 0.2 = 1.8, 36 s; its peak 0.5 first at
+    # step 2, 40 s. pods (10 s a step), steps 0-3: 0.1, 0.5, 0.5, 0.5: 0.46 at step 0.9, 9 s (speed-up 36 / 9 = 4,
+    # step ratio 0.5); the peak at step 1, 10 s (speed-up 4).
+    write_run(tmp_path / "grpo" / "seed-0", [(0, 0.1), (30, 0.2), (60, 0.3), (90, 0.3)])
+    write_run(tmp_path / "grpo-ga" / "seed-0", [(0, 0.1), (20, 0.3), (40, 0.5), (60, 0.5), (80, 0.5)])
+    write_run(tmp_path / "pods" / "seed-0", [(0, 0.1), (10, 0.5), (20, 0.5), (30, 0.5)])
+    assert cli(capsys, "plot", str(tmp_path))[0] == 0
+    recorded = (tmp_path / "summary.json").read_text()
+    code, captured = cli(capsys, "plot", str(tmp_path), "--reference", "grpo-ga")
+    assert code == 0, captured.err
+    assert (tmp_path / "summary.json").read_text() == recorded
+    s = json.loads((tmp_path / "summary_vs_grpo-ga.json").read_text())
+    assert s["reference"] == "grpo-ga" and json.loads(recorded)["reference"] == "grpo"
+    assert s["reference_steps_to_gain"] == pytest.approx(1.8) and s["reference_time_to_gain_s"] == pytest.approx(36)
+    pods = s["methods"]["pods"]
+    assert pods["step_ratio_to_gain"] == pytest.approx(0.5) and pods["speedup_to_gain"] == pytest.approx(4.0)
+    assert pods["speedup_vs_reference"] == pytest.approx(4.0)
+    assert "against grpo-ga" in captured.out
+    assert captured.out == (tmp_path / "summary_vs_grpo-ga.md").read_text()
+    one_error(*cli(capsys, "plot", str(tmp_path), "--reference", "grpo-gaa"), "--reference grpo-gaa: ")
+
+
 @pytest.mark.parametrize("taken", ["summary.json", "summary.md", "accuracy_vs_time.png", "accuracy_vs_steps.png"])
 def test_plot_into_a_folder_where_a_report_cannot_be_written_is_one_line(capsys, tmp_path, taken):
     # a folder where the report's name is taken fails as an unwritable folder does, for root too

@@ -224,17 +224,27 @@ def cmd_compare(args) -> int:
 def cmd_plot(args) -> int:
     from pathlib import Path
 
-    from podsrl.compare import compared_methods, recorded_clock, recorded_reference, summarise, write_reports
+    from podsrl.checkpoint import write_atomic
+    from podsrl.compare import (compared_methods, markdown_table, recorded_clock, recorded_reference, summarise,
+                                summary_json, write_reports)
 
     out = Path(args.out)
     methods, seeds = compared_methods(out)
-    reference = recorded_reference(out)
+    recorded = recorded_reference(out)
+    reference = args.reference or recorded
+    if args.reference and methods and args.reference not in methods:
+        raise PodsError(f"--reference {args.reference}: {out} compares {', '.join(methods)}")
     summary = summarise(out, methods, seeds, reference, recorded_clock(out)) if reference in methods else None
     if not summary or not summary["methods"][reference]["per_seed"]:
         raise PodsError(f"{out} holds no evaluated compare run of {reference} ({reference}/seed-N/metrics.jsonl)")
-    write_reports(out, summary)
+    if reference == recorded:
+        write_reports(out, summary)
+        table = out / "summary.md"
+    else:  # a second reference beside the recorded one: its own summary and table, the plots unchanged
+        write_atomic(out / f"summary_vs_{reference}.json", summary_json(summary))
+        write_atomic(table := out / f"summary_vs_{reference}.md", markdown_table(summary))
     _warn_missing(summary)
-    print((out / "summary.md").read_text(), end="")
+    print(table.read_text(), end="")
     return 0
 
 
@@ -315,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_plan)
     p = sub.add_parser("plot", help="rebuild a compare folder's summary, table and plots")
     p.add_argument("out")
+    p.add_argument("--reference", metavar="METHOD",
+                   help="measure every method against this one instead of the folder's recorded reference: writes "
+                   "summary_vs_METHOD.json and .md beside the recorded summary, which stays as it is")
     p.set_defaults(fn=cmd_plot)
     return parser
 
