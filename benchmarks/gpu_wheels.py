@@ -5,7 +5,8 @@ machine's Python), packed into folders of at most ``--folder-mib`` each (a wheel
 room left is cut into parts, so a transfer limit per copy is met), then installed there from
 whichever folders have arrived.
 
-    python benchmarks/gpu_wheels.py download [--groups core,trl,qlora] [--dir .whl] [--folder-mib 46]
+    python benchmarks/gpu_wheels.py download [--groups core,trl,qlora] [--dir .whl] [--folder-mib 40]
+    python benchmarks/gpu_wheels.py pack --folder-mib 36   # the same wheels in smaller folders, no network
     # copy .whl/folder-1, .whl/folder-2, ... to the GPU machine (one at a time if need be), then there:
     python3 benchmarks/gpu_wheels.py install .whl/folder-1 [--stash /tmp/podsrl-wheels] [--target /tmp/site]
     export PYTHONPATH=/tmp/site
@@ -207,9 +208,11 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog=__doc__.split("\n\n", 1)[1])
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("download", help="download and pack the wheels (needs network)")
-    d.add_argument("--groups", default="core,trl,qlora", help=f"comma separated, among {', '.join(GROUPS)} (default: all)")
-    d.add_argument("--dir", default=str(REPO / ".whl"), help="where the wheels and folders go (default .whl)")
-    d.add_argument("--folder-mib", type=float, default=46.0, help="at most this many MiB per folder (default 46)")
+    k = sub.add_parser("pack", help="pack the wheels downloaded before into folders again, of another size (no network)")
+    for a in (d, k):
+        a.add_argument("--groups", default="core,trl,qlora", help=f"comma separated, among {', '.join(GROUPS)} (default: all)")
+        a.add_argument("--dir", default=str(REPO / ".whl"), help="where the wheels and folders go (default .whl)")
+        a.add_argument("--folder-mib", type=float, default=40.0, help="at most this many MiB per folder (default 40)")
     d.add_argument("--python-version", default="3.12", help="the GPU machine's Python (default 3.12)")
     i = sub.add_parser("install", help="install from the folders that have arrived (no network)")
     i.add_argument("folders", nargs="+", type=Path)
@@ -224,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.dir)
     try:
-        download(groups, out / "wheels", args.python_version)
+        if args.command == "download":
+            download(groups, out / "wheels", args.python_version)
         manifest = pack(groups, out / "wheels", out, int(args.folder_mib * MIB))
     except (subprocess.CalledProcessError, ValueError) as e:
         print(f"gpu_wheels: error: {e}", file=sys.stderr)

@@ -252,6 +252,21 @@ def test_wheels_cut_into_folders_install_once_every_part_has_arrived(tmp_path, m
         wheels_module.pack(["core"], wheels, out, mib)
 
 
+def test_pack_folds_the_downloaded_wheels_again_without_the_network(tmp_path, monkeypatch, capsys):
+    wheels_module = suite_module(REPO / "benchmarks" / "gpu_wheels.py")
+    (tmp_path / "wheels").mkdir()
+    big = make_wheel(tmp_path / "wheels", "alpha_pkg", "1.0", bytes(range(256)) * (10 * wheels_module.MIB // 1024))
+    monkeypatch.setattr(wheels_module, "GROUPS", {"core": [("alpha-pkg==1.0", "alpha_pkg")]})
+    monkeypatch.setattr(wheels_module, "download", lambda *a: pytest.fail("pack downloads nothing"))
+    assert wheels_module.main(["pack", "--groups", "core", "--dir", str(tmp_path), "--folder-mib", "2"]) == 0
+    assert sorted(f.name for f in tmp_path.glob("folder-*")) == ["folder-1", "folder-2"]  # 2.5 MiB in 2 MiB folders
+    assert wheels_module.main(["pack", "--groups", "core", "--dir", str(tmp_path), "--folder-mib", "1"]) == 0
+    folders = sorted(tmp_path.glob("folder-*"))
+    assert [f.name for f in folders] == ["folder-1", "folder-2", "folder-3"]  # the larger folders replaced
+    assert b"".join(p.read_bytes() for f in folders for p in sorted(f.glob("*.part*"))) == big.read_bytes()
+    assert "1 wheels, 2.5 MiB, in 3 folder(s)" in capsys.readouterr().out
+
+
 def test_runs_of_the_headline_start_only_on_the_device_of_its_finished_runs(tmp_path):
     """Runs on a training-clock budget compare on one device alone: a later invocation on another
     device skips step a's runs, and runs them again on the first device."""
