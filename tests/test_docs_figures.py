@@ -20,7 +20,8 @@ PAGES = [ROOT / "README.md", ROOT / "docs" / "index.md"]
 # the result folders whose figures the two pages quote
 FOLDERS = ["evidence_confirm_a_arithmetic_2digit", "evidence_confirm_b_arithmetic_2digit",
            "evidence_confirm_b8_arithmetic_2digit",
-           "evidence_a_arithmetic_2digit", "evidence_b_arithmetic_2digit", "compare_arithmetic"]
+           "evidence_a_arithmetic_2digit", "evidence_b_arithmetic_2digit", "compare_arithmetic",
+           "evidence_confirm_c_arithmetic_2digit", "compare_gpu"]
 INTERVAL = re.compile(r"\[(?:95% CI )?([+−-]?\d+\.\d\d)–([+−-]?\d+\.\d\d|∞)\]")
 FIGURE = re.compile(r"([+−-]?\d+\.\d\d)")
 
@@ -29,17 +30,18 @@ def _number(x: float | None) -> str:
     return "∞" if x is None else f"{x:.2f}"
 
 
-def _summary(folder: str) -> dict:
-    return json.loads((RESULTS / folder / "summary.json").read_text())
+def _summary(folder: str, name: str = "summary.json") -> dict:
+    return json.loads((RESULTS / folder / name).read_text())
 
 
 def committed_intervals() -> set[tuple[str, str, str]]:
     """(figure, low, high), as two-decimal strings, of every figure with a 95% interval in the
-    committed summaries (summary.json: each key ``x`` with an ``x_ci95``) and reports (report.md)
-    of FOLDERS."""
+    committed summaries (summary.json, and summary_vs_<method>.json against another reference:
+    each key ``x`` with an ``x_ci95``) and reports (report.md) of FOLDERS."""
     found = set()
     for folder in FOLDERS:
-        for method in _summary(folder)["methods"].values():
+        summaries = [_summary(folder, f.name) for f in sorted((RESULTS / folder).glob("summary*.json"))]
+        for method in (m for summary in summaries for m in summary["methods"].values()):
             for key, interval in method.items():
                 value = method.get(key.removesuffix("_ci95"))
                 if key.endswith("_ci95") and interval and isinstance(value, (int, float)):
@@ -80,6 +82,9 @@ def headline() -> dict[str, tuple[str, ...]]:
     first_b = _summary("evidence_b_arithmetic_2digit")["methods"]["pods"]
     rule = re.search(r"max-variance / random, optimizer steps to 90% of grpo's gain: (\d\.\d\d) \[(\d\.\d\d)–(\d\.\d\d)\]",
                      (RESULTS / "evidence_confirm_a_arithmetic_2digit" / "report.md").read_text())
+    confirm_c = _summary("evidence_confirm_c_arithmetic_2digit")["methods"]["pods-async"]
+    gpu = _summary("compare_gpu")["methods"]["pods"]
+    gpu_vs_ga = _summary("compare_gpu", "summary_vs_grpo-ga.json")["methods"]["pods"]
     memory = re.search(r"update memory ratio grpo / pods: (\d+\.\d\d)x", (RESULTS / "memory_gpu.txt").read_text())
 
     def ci(method: dict, key: str) -> tuple[str, str, str]:
@@ -94,6 +99,9 @@ def headline() -> dict[str, tuple[str, ...]]:
         "first runs (a): steps to GRPO's peak": ci(first_a, "step_ratio_vs_reference"),
         "first runs (b): CPU clock to GRPO-GA's peak": ci(first_b, "speedup_vs_reference"),
         "update memory, GRPO (all n) over PODS": (memory[1],),
+        "confirmation (c): PODS at the lag, wall-clock speed-up over GRPO": ci(confirm_c, "speedup_to_gain"),
+        "GPU: wall clock to GRPO's peak": ci(gpu, "speedup_vs_reference"),
+        "GPU: wall clock to GRPO-GA's peak": ci(gpu_vs_ga, "speedup_vs_reference"),
     }
 
 
