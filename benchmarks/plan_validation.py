@@ -2,6 +2,8 @@
 
     python benchmarks/plan_validation.py                 # the two-digit comparisons' settings against their committed runs
     python benchmarks/plan_validation.py --runs confirm  # ... against the confirmation's runs (seeds 8-15, 8-12)
+    python benchmarks/plan_validation.py --runs confirm-c       # GRPO and PODS at async_lag=1 (seeds 16-23)
+    python benchmarks/plan_validation.py --runs confirm-c-sync  # ... and synchronous, on two threads
     python benchmarks/plan_validation.py configs/compare_gpu.yaml --train-steps 6 --out DIR   # short runs trained here
 
 It runs ``podsrl plan`` at a configuration (default: the two-digit comparisons', ``threads=1`` as
@@ -24,8 +26,8 @@ which change as the policy learns, so three predictions are compared:
   ``trained_sequences - skipped_zero_advantage``), which checks the cost model apart from the
   rewards.
 
-Outputs in ``--out`` (default ``benchmarks/results/plan_validation``; with ``--runs confirm``,
-``plan_validation_confirm``): ``plan.json`` (the plan's report), ``plan.txt`` (its table),
+Outputs in ``--out`` (default ``benchmarks/results/plan_validation``; with ``--runs SET``,
+``plan_validation_SET``): ``plan.json`` (the plan's report), ``plan.txt`` (its table),
 ``validation.json`` and ``validation.txt`` (the ratios).
 Target: every ratio of the plan's own prediction to the measured step within 1 +- 0.15.
 """
@@ -53,12 +55,23 @@ NOT_COMPARED = ("seed", "eval_every", "eval_every_s", "task.test_size")
 """Settings in which a run may differ from the plan it is compared with: they do not change a
 training step (the seed's problems aside)."""
 CONFIRM_A, CONFIRM_B = RESULTS / "evidence_confirm_a_arithmetic_2digit", RESULTS / "evidence_confirm_b_arithmetic_2digit"
+CONFIRM_C = RESULTS / "evidence_confirm_c_arithmetic_2digit"
 RUN_SETS = {
     "committed": {"grpo": EVIDENCE_A / "grpo", "pods": EVIDENCE_A / "pods", "grpo-ga": EVIDENCE_B / "grpo-ga"},
     "confirm": {"grpo": CONFIRM_A / "grpo", "pods": CONFIRM_A / "pods", "grpo-ga": CONFIRM_B / "grpo-ga"},
+    "confirm-c": {"grpo": CONFIRM_C / "grpo-async", "pods": CONFIRM_C / "pods-async"},
+    "confirm-c-sync": {"grpo": CONFIRM_C / "grpo", "pods": CONFIRM_C / "pods"},
 }
-"""The runs compared with: the two comparisons' (a: seeds 0-7, b: 0-4) or their confirmations'
-(seeds 8-15 and 8-12), each method's finished runs (every seed-* folder that reached its last step)."""
+"""The runs compared with: the two comparisons' (a: seeds 0-7, b: 0-4), their confirmations'
+(seeds 8-15 and 8-12), or the clock confirmation's (seeds 16-23: GRPO and PODS at ``async_lag=1``,
+or synchronous on two threads), each method's finished runs (every seed-* folder that reached its
+last step)."""
+SET_OVERRIDES = {
+    "confirm-c": ["async_lag=1", "threads=1", "async_worker_threads=1", "clock=wall"],
+    "confirm-c-sync": ["threads=2", "clock=wall"],
+}
+"""Where a set's runs differ from the comparisons' shared settings: the clock confirmation's, timed
+on the wall clock (its compare.yaml); the overrides given go on top."""
 TOLERANCE = 0.15
 
 
@@ -210,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-steps", type=int, help="train each method this many steps here and compare with those "
                         "runs (default: the committed two-digit runs)")
     parser.add_argument("--runs", choices=sorted(RUN_SETS), default="committed",
-                        help="the runs compared with: the comparisons' (committed, default) or their confirmations'")
+                        help="the runs compared with: the comparisons' (committed, default), their confirmations' "
+                        "(confirm), or the clock confirmation's at async_lag=1 (confirm-c) or synchronous (confirm-c-sync)")
     parser.add_argument("--signal-from", choices=["reference", "start"], default="reference",
                         help="the plan's trained rollouts: over the reward signal of the set's GRPO runs (reference, "
                         "default), or the start of training's only (start; always with --train-steps)")
@@ -224,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         raise PodsError(f"config file not found: {args.config}")
     if args.train_steps is not None and args.train_steps < 2:
         raise PodsError(f"--train-steps must be >= 2 (the first step is left out), got {args.train_steps}")
-    overrides = merged(DEFAULT_OVERRIDES if args.config == str(DEFAULT_CONFIG) else [], args.overrides)
+    overrides = merged(DEFAULT_OVERRIDES if args.config == str(DEFAULT_CONFIG) else [], SET_OVERRIDES.get(args.runs, []),
+                       args.overrides)
     if ("mode=grpo" in overrides or "mode: grpo\n" in Path(args.config).read_text()) and "mode=pods" not in overrides:
         raise SystemExit("plan_validation: give the PODS settings (mode=pods n=N m=M); GRPO is compared at n = m")
     out = Path(args.out or RESULTS / ("plan_validation" if args.runs == "committed" else f"plan_validation_{args.runs}"))

@@ -47,3 +47,19 @@ def test_overrides_go_on_top_of_the_comparisons_settings(validation, tmp_path):
     (plan,) = validation.commands
     assert plan[:2] == ["plan", str(validation.DEFAULT_CONFIG)]
     assert "clock=cpu" in plan and "n=32" in plan and "task.test_size=200" in plan and "task.test_size=500" not in plan
+
+
+@pytest.mark.parametrize("runs,settings,reference", [
+    ("confirm-c", ["async_lag=1", "threads=1", "async_worker_threads=1", "clock=wall"], "grpo-async"),
+    ("confirm-c-sync", ["threads=2", "clock=wall"], "grpo"),
+])
+def test_the_clock_confirmations_runs_are_compared_at_their_own_settings(validation, tmp_path, runs, settings, reference):
+    # the committed runs pass the settings check (a run of other settings would be refused first)
+    validation.main(["--runs", runs, "--out", str(tmp_path / "out")])
+    (plan,) = validation.commands
+    assert plan[:2] == ["plan", str(validation.DEFAULT_CONFIG)]
+    assert all(s in plan for s in settings)
+    assert [o for o in plan if o.startswith("threads=")] == [s for s in settings if s.startswith("threads=")]
+    assert "clock=cpu" not in plan and "n=32" in plan and "m=8" in plan
+    signal = plan[plan.index("--signal-from") + 1:plan.index("--json")]
+    assert len(signal) == 8 and all(f"evidence_confirm_c_arithmetic_2digit/{reference}/seed-" in s for s in signal)
