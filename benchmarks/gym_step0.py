@@ -20,7 +20,8 @@ podsrl commit that made it.
 built, whose prompts do not fit the model's context, or whose evaluation fails, gets a row with the
 reason instead of figures. A rerun with the same ``--out`` goes on after the rows it holds; a data
 set during which the process died (killed, out of memory) is tried once more, then recorded as
-failed.
+failed. Stopped with SIGTERM or Ctrl-C, it records that the data set's attempt did not count, and
+a rerun evaluates it again as before.
 
 ``--candidates FILE``: the screening's candidates from its rows (written next to it as
 ``candidates.json`` and ``candidates.md``): the data sets whose pass@1 lies in :data:`BAND`
@@ -36,6 +37,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -214,6 +216,16 @@ def write_candidates(path: Path) -> None:
     print("\n".join(lines))
 
 
+class Stopped(BaseException):
+    """SIGTERM during an evaluation: the screening stopped on purpose (a paused session), which does
+    not count as the data set's process dying (a BaseException, so that no data set's failure
+    handling takes it for one)."""
+
+
+def _stop(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=200)
@@ -233,6 +245,7 @@ def main() -> None:
     engine = make_engine("hf", model, tokenizer, c.rollout)
     context = getattr(model.config, "max_position_embeddings", None)
     commit = source_commit()
+    signal.signal(signal.SIGTERM, _stop)
     only = set(filter(None, args.only.split(",")))
     rows = json.load(open(args.out)) if args.out and os.path.exists(args.out) else []  # a rerun goes on
 
@@ -257,6 +270,14 @@ def main() -> None:
             rows.pop()
             try:
                 row = evaluate_setting(engine, tokenizer, name, settings, tokens, args.problems, args.system_prompt, context)
+            except (Stopped, KeyboardInterrupt) as e:  # on purpose: the attempt is not counted
+                if attempts:
+                    rows.append({"dataset": name, "config": settings or "default", "started": attempts})
+                save()
+                shutdown()
+                print(f"gym_step0: stopped during {name} ({type(e).__name__}); its attempt is not counted, run again to "
+                      "go on", file=sys.stderr)
+                raise SystemExit(143 if isinstance(e, Stopped) else 130) from None
             except Exception as e:  # noqa: BLE001 (a generator, a verifier or the model failing on this data set)
                 row = {"dataset": name, "config": settings or "default",
                        "error": first_line(e) if isinstance(e, PodsError) else f"{type(e).__name__}: {first_line(e)}"}

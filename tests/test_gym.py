@@ -402,3 +402,43 @@ def test_a_wrong_number_collects_no_partial_credit(dataset):
     right = [g, f"<answer>{g}</answer>", f"The answer is {g}.", f"\\boxed{{{g}}}"]
     scores = accuracy_reward(wrong + right, [g] * 10, [p.entry] * 10)
     assert scores == [0.0] * 6 + [1.0] * 4
+
+
+def test_step0_screening_stopped_on_purpose_does_not_count_the_attempt(tmp_path, monkeypatch, capsys):
+    """benchmarks/gym_step0.py --all: a SIGTERM during a data set's evaluation (a paused screening)
+    leaves its attempts as they were, where a process that dies there counts one; a rerun evaluates it."""
+    import signal
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("gym_step0", REPO / "benchmarks" / "gym_step0.py")
+    step0 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step0)
+    model = SimpleNamespace(eval=lambda: model, config=SimpleNamespace(max_position_embeddings=2048))
+    monkeypatch.setattr(step0.models, "load_tokenizer", lambda *a: None)
+    monkeypatch.setattr(step0.models, "load_model", lambda *a: model)
+    monkeypatch.setattr(step0, "make_engine", lambda *a: None)
+    monkeypatch.setattr(step0, "source_commit", lambda: "abc")
+    monkeypatch.setattr(step0, "all_defaults", lambda: [("fresh", None, None), ("died_once", None, None)])
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # the test's own process keeps its handlers
+    out = tmp_path / "rows.json"
+    out.write_text(json.dumps([{"dataset": "died_once", "config": "default", "started": 1}]))
+    monkeypatch.setattr(sys, "argv", ["gym_step0.py", "--all", "--out", str(out)])
+
+    def stopped(engine, tokenizer, name, *rest):
+        step0._stop(signal.SIGTERM, None)  # as the handler does when SIGTERM arrives
+
+    monkeypatch.setattr(step0, "evaluate_setting", stopped)
+    with pytest.raises(SystemExit) as exit_:
+        step0.main()
+    assert exit_.value.code == 143 and "stopped during fresh" in capsys.readouterr().err
+    assert json.loads(out.read_text()) == [{"dataset": "died_once", "config": "default", "started": 1}]
+
+    evaluated = []
+    monkeypatch.setattr(step0, "evaluate_setting", lambda engine, tokenizer, name, *rest:
+                        evaluated.append(name) or {"dataset": name, "config": "default", "pass@1": 0.1, "mean_reward": 0.1,
+                                                   "raw_verifier_mean": 0.0, "scoring_ms_per_completion": 1.0,
+                                                   "verifier_ms_per_completion": 0.1})
+    monkeypatch.setattr(step0, "shutdown", lambda: None)
+    step0.main()
+    rows = {r["dataset"]: r for r in json.loads(out.read_text())}
+    assert evaluated == ["fresh", "died_once"] and rows["fresh"]["pass@1"] == 0.1 and "started" not in rows["died_once"]
