@@ -439,6 +439,12 @@ def test_confirmation_c_is_judged_on_the_wall_clock_and_the_step_time_ratio(evid
     assert step.startswith(f"| PODS at async_lag=1") and step.endswith(f"| {step_target} |")
     assert f"{4 / (2 * pods_cpu_per_step):.2f}" in step
     assert "one run at a time with the machine to itself" in text
+    # its times are wall seconds, this comparison's clock (the worker's CPU is not the trainer's):
+    # GRPO 27 s to its target; per seed, PODS at the lag 4.5 steps, 18 s; a step 2 s, 4 s
+    assert "reached at step 13.5 (27 training wall s)" in text and "training CPU s" not in text
+    assert "| grpo steps | grpo wall s | pods-async steps | pods-async wall s |" in text
+    assert "| 0.370 | 13.5 | 27 | 4.5 | 18 |" in text
+    assert rows(text.split("The paper's statistic")[1])["pods-async"].split(" | ")[-3:-1] == ["4.0", "1.0"]
     # at 80% and 95% of the gain (targets 0.34 and 0.385): GRPO at steps 12 and 14.25, PODS at the lag at 4 and 4.75
     assert ("pods-async speedup_to_gain (wall) at 80% of the gain, 1.50 [1.50–1.50]" in text
             and "pods-async speedup_to_gain (wall) at 95% of the gain, 1.50 [1.50–1.50]" in text)
