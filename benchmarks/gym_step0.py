@@ -21,7 +21,8 @@ built, whose prompts do not fit the model's context, or whose evaluation fails, 
 reason instead of figures. A rerun with the same ``--out`` goes on after the rows it holds; a data
 set during which the process died (killed, out of memory) is tried once more, then recorded as
 failed. Stopped with SIGTERM or Ctrl-C, it records that the data set's attempt did not count, and
-a rerun evaluates it again as before.
+a rerun evaluates it again as before. ``--shard I/N`` takes every N-th data set from the I-th: N
+processes (one per core) fill one ``--out`` together, each changing only its own rows.
 
 ``--candidates FILE``: the screening's candidates from its rows (written next to it as
 ``candidates.json`` and ``candidates.md``): the data sets whose pass@1 lies in :data:`BAND`
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -216,6 +218,51 @@ def write_candidates(path: Path) -> None:
     print("\n".join(lines))
 
 
+class Rows:
+    """The rows, in ``--out`` (or in memory without one). Each change re-reads the file and replaces
+    one data set's row under an exclusive lock, so that several processes (``--shard``) can fill one
+    file, each writing only the rows of its own data sets."""
+
+    def __init__(self, path: str | None):
+        self.path, self.memory = path, []
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with open(self.path + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def read(self) -> list[dict]:
+        if not self.path:
+            return list(self.memory)
+        with self._locked():
+            return json.load(open(self.path)) if os.path.exists(self.path) else []
+
+    def put(self, name: str, config, row: dict | None) -> None:
+        """Replace the data set's row by ``row`` (None: remove it)."""
+        def changed(rows):
+            return [r for r in rows if not (r["dataset"] == name and r["config"] == config)] + ([row] if row else [])
+        if not self.path:
+            self.memory = changed(self.memory)
+            return
+        with self._locked():
+            rows = changed(json.load(open(self.path)) if os.path.exists(self.path) else [])
+            with open(self.path + ".tmp", "w") as f:
+                json.dump(rows, f, indent=1)
+            os.replace(self.path + ".tmp", self.path)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``--shard I/N``: this process takes the I-th of every N data sets (1-based)."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"gym_step0: --shard takes I/N (1 <= I <= N), got {text!r}") from None
+    if not 1 <= i <= n:
+        raise SystemExit(f"gym_step0: --shard takes I/N (1 <= I <= N), got {text!r}")
+    return i, n
+
+
 class Stopped(BaseException):
     """SIGTERM during an evaluation: the screening stopped on purpose (a paused session), which does
     not count as the data set's process dying (a BaseException, so that no data set's failure
@@ -234,6 +281,8 @@ def main() -> None:
     parser.add_argument("--candidates", default=None, help="write the candidates of this --all file, then stop")
     parser.add_argument("--system-prompt", default=None, help="instead of the gym task's")
     parser.add_argument("--out", default=None, help="write the rows as JSON here (a rerun skips the rows it holds)")
+    parser.add_argument("--shard", default="1/1", help="I/N: the I-th of every N data sets, so that N processes "
+                        "fill one --out together (default 1/1: all)")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. model.name_or_path=...")
     args = parser.parse_args()
     if args.candidates:
@@ -247,48 +296,41 @@ def main() -> None:
     commit = source_commit()
     signal.signal(signal.SIGTERM, _stop)
     only = set(filter(None, args.only.split(",")))
-    rows = json.load(open(args.out)) if args.out and os.path.exists(args.out) else []  # a rerun goes on
+    shard, shards = parse_shard(args.shard)
+    rows = Rows(args.out)
 
-    def save():
-        if args.out:
-            with open(args.out + ".tmp", "w") as f:
-                json.dump(rows, f, indent=1)
-            os.replace(args.out + ".tmp", args.out)
-
-    for name, settings, tokens in all_defaults() if args.all else SETTINGS:
-        same = [r for r in rows if r["dataset"] == name and r["config"] == (settings or "default")]
-        if only and name not in only or any("started" not in r for r in same):
+    for index, (name, settings, tokens) in enumerate(all_defaults() if args.all else SETTINGS):
+        config = settings or "default"
+        if only and name not in only or index % shards != shard - 1:
+            continue
+        same = [r for r in rows.read() if r["dataset"] == name and r["config"] == config]
+        if any("started" not in r for r in same):
             continue
         attempts = same[0]["started"] if same else 0
-        rows[:] = [r for r in rows if not any(r is x for x in same)]
         if attempts >= ATTEMPTS:
-            row = {"dataset": name, "config": settings or "default",
+            row = {"dataset": name, "config": config,
                    "error": f"the process ended during its evaluation {attempts} times (killed, or out of memory)"}
         else:
-            rows.append({"dataset": name, "config": settings or "default", "started": attempts + 1})
-            save()
-            rows.pop()
+            rows.put(name, config, {"dataset": name, "config": config, "started": attempts + 1})
             try:
                 row = evaluate_setting(engine, tokenizer, name, settings, tokens, args.problems, args.system_prompt, context)
             except (Stopped, KeyboardInterrupt) as e:  # on purpose: the attempt is not counted
-                if attempts:
-                    rows.append({"dataset": name, "config": settings or "default", "started": attempts})
-                save()
+                rows.put(name, config, {"dataset": name, "config": config, "started": attempts} if attempts else None)
                 shutdown()
                 print(f"gym_step0: stopped during {name} ({type(e).__name__}); its attempt is not counted, run again to "
                       "go on", file=sys.stderr)
                 raise SystemExit(143 if isinstance(e, Stopped) else 130) from None
             except Exception as e:  # noqa: BLE001 (a generator, a verifier or the model failing on this data set)
-                row = {"dataset": name, "config": settings or "default",
+                row = {"dataset": name, "config": config,
                        "error": first_line(e) if isinstance(e, PodsError) else f"{type(e).__name__}: {first_line(e)}"}
         row["podsrl_commit"] = commit
-        rows.append(row)
+        rows.put(name, config, row)
         print(json.dumps({k: v for k, v in row.items() if k != "examples"}), flush=True)
-        save()
+    rows = rows.read()
     shutdown()
     print("\n| data set | settings | pass@1 | mean reward | verifier on the raw completion | scoring ms/completion (pool) | verifier ms |")
     print("|---|---|---|---|---|---|---|")
-    for r in rows:
+    for r in (r for r in rows if "started" not in r):  # not rows another shard is evaluating
         settings = "default" if r["config"] == "default" else ", ".join(f"{k}={v}" for k, v in r["config"].items())
         if "error" in r:
             print(f"| {r['dataset']} | {settings} | failed: {r['error']} | | | | |")

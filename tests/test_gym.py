@@ -404,9 +404,12 @@ def test_a_wrong_number_collects_no_partial_credit(dataset):
     assert scores == [0.0] * 6 + [1.0] * 4
 
 
-def test_step0_screening_stopped_on_purpose_does_not_count_the_attempt(tmp_path, monkeypatch, capsys):
-    """benchmarks/gym_step0.py --all: a SIGTERM during a data set's evaluation (a paused screening)
-    leaves its attempts as they were, where a process that dies there counts one; a rerun evaluates it."""
+FAKE_ROW = {"mean_reward": 0.1, "raw_verifier_mean": 0.0, "scoring_ms_per_completion": 1.0, "verifier_ms_per_completion": 0.1}
+
+
+@pytest.fixture
+def step0(monkeypatch):
+    """benchmarks/gym_step0.py with no model: each test gives its data sets and evaluation."""
     import signal
     from types import SimpleNamespace
 
@@ -418,8 +421,43 @@ def test_step0_screening_stopped_on_purpose_does_not_count_the_attempt(tmp_path,
     monkeypatch.setattr(step0.models, "load_model", lambda *a: model)
     monkeypatch.setattr(step0, "make_engine", lambda *a: None)
     monkeypatch.setattr(step0, "source_commit", lambda: "abc")
-    monkeypatch.setattr(step0, "all_defaults", lambda: [("fresh", None, None), ("died_once", None, None)])
     monkeypatch.setattr(signal, "signal", lambda *a: None)  # the test's own process keeps its handlers
+    return step0
+
+
+def test_step0_screening_shards_fill_one_file_each_with_its_own_rows(step0, tmp_path, monkeypatch):
+    """--shard I/N: the I-th of every N data sets; a shard's writes keep the rows another process
+    wrote meanwhile (each change re-reads the file under a lock)."""
+    monkeypatch.setattr(step0, "all_defaults", lambda: [(name, None, None) for name in "abcde"])
+    monkeypatch.setattr(step0, "shutdown", lambda: None)
+    out = tmp_path / "rows.json"
+    evaluated = []
+
+    def evaluate(engine, tokenizer, name, *rest):
+        evaluated.append(name)
+        if name == "a":  # the other shard finishes "b" while this one evaluates "a"
+            step0.Rows(str(out)).put("b", "default", {"dataset": "b", "config": "default", "pass@1": 0.5, **FAKE_ROW})
+        return {"dataset": name, "config": "default", "pass@1": 0.1, **FAKE_ROW}
+
+    monkeypatch.setattr(step0, "evaluate_setting", evaluate)
+    for shard in ("1/2", "2/2"):
+        monkeypatch.setattr(sys, "argv", ["gym_step0.py", "--all", "--shard", shard, "--out", str(out)])
+        step0.main()
+    rows = {r["dataset"]: r for r in json.loads(out.read_text())}
+    assert evaluated == ["a", "c", "e", "d"]  # shard 1: a, c, e; shard 2: b done by then, d
+    assert sorted(rows) == list("abcde") and rows["b"]["pass@1"] == 0.5 and rows["a"]["pass@1"] == 0.1
+    for bad in ("3/2", "0/2", "x"):
+        monkeypatch.setattr(sys, "argv", ["gym_step0.py", "--all", "--shard", bad, "--out", str(out)])
+        with pytest.raises(SystemExit, match="--shard takes I/N"):
+            step0.main()
+
+
+def test_step0_screening_stopped_on_purpose_does_not_count_the_attempt(step0, tmp_path, monkeypatch, capsys):
+    """benchmarks/gym_step0.py --all: a SIGTERM during a data set's evaluation (a paused screening)
+    leaves its attempts as they were, where a process that dies there counts one; a rerun evaluates it."""
+    import signal
+
+    monkeypatch.setattr(step0, "all_defaults", lambda: [("fresh", None, None), ("died_once", None, None)])
     out = tmp_path / "rows.json"
     out.write_text(json.dumps([{"dataset": "died_once", "config": "default", "started": 1}]))
     monkeypatch.setattr(sys, "argv", ["gym_step0.py", "--all", "--out", str(out)])
@@ -435,9 +473,7 @@ def test_step0_screening_stopped_on_purpose_does_not_count_the_attempt(tmp_path,
 
     evaluated = []
     monkeypatch.setattr(step0, "evaluate_setting", lambda engine, tokenizer, name, *rest:
-                        evaluated.append(name) or {"dataset": name, "config": "default", "pass@1": 0.1, "mean_reward": 0.1,
-                                                   "raw_verifier_mean": 0.0, "scoring_ms_per_completion": 1.0,
-                                                   "verifier_ms_per_completion": 0.1})
+                        evaluated.append(name) or {"dataset": name, "config": "default", "pass@1": 0.1, **FAKE_ROW})
     monkeypatch.setattr(step0, "shutdown", lambda: None)
     step0.main()
     rows = {r["dataset"]: r for r in json.loads(out.read_text())}
