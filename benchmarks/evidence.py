@@ -8,6 +8,7 @@ their confirmation on fresh seeds, with statistics fixed before its first run.
     python benchmarks/evidence.py confirm-b  # (b)'s methods on seeds 8-12
     python benchmarks/evidence.py confirm-b8 # (b) on seeds 8-15: GRPO-GA 13-15 trained, the rest taken
     python benchmarks/evidence.py confirm-c  # on the wall clock: GRPO vs PODS and GRPO at async_lag=1, seeds 16-23, one run at a time
+    python benchmarks/evidence.py confirm-gym --task NAME   # (a)'s GRPO and PODS on a data set the gym round chose, seeds 8-15
     python benchmarks/evidence.py report a   # figures, targets, per-seed tables: report.md (also b, confirm-a, confirm-b)
 
 All read the chosen task and its learning rate from benchmarks/results/task_selection/summary.json
@@ -50,6 +51,14 @@ final level, the mean of its seed-mean curve's last three evaluations (:data:`TA
   its mean step wall time over all its runs at most 0.8x synchronous PODS's. Reported without a
   target: PODS at the lag against GRPO at the lag on the clock, and its steps to the gain against
   synchronous PODS's (the cost of staleness).
+- confirm-gym (issue 62; fixed before any PODS run on these tasks): on each of the data sets the
+  gym round of benchmarks/task_selection.py chose by GRPO's curve alone
+  (``task_selection/gym/summary.json``), with the learning rate it chose there and the screening's
+  config (configs/screening_gym.yaml, its completion length), GRPO (n = 8) against PODS (n = 32,
+  m = 8), seeds 8-15, otherwise confirm-a's settings. Target per task: PODS's optimizer steps to
+  90% of GRPO's gain at most 0.7x GRPO's, the interval's upper end below 1.0. Reported beside it:
+  the CPU-clock speed-up, the same ratio at 80% and 95% of the gain, and (in the summary that podsrl
+  compare writes) the per-seed geometric mean. Its folder: ``evidence_confirm_gym_<data set>``.
 - Secondary: the differences in mean accuracy over the budget, against steps and against time.
 """
 
@@ -69,6 +78,8 @@ from podsrl.errors import ArgumentParser, PodsError, one_line_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "summary.json"
+GYM_SELECTION = ROOT / "benchmarks" / "results" / "task_selection" / "gym" / "summary.json"
+STEP0_CANDIDATES = ROOT / "benchmarks" / "results" / "gym_step0" / "candidates.json"
 CONFIGS = {"arithmetic_2digit": "configs/arithmetic_2digit.yaml", "letter_counting": "configs/gym_letter_counting.yaml",
            "chain_sum": "configs/gym_chain_sum.yaml"}
 STEPS = 60
@@ -89,6 +100,8 @@ COMPARISONS = {
     "confirm-c": dict(methods=f"grpo,pods-async:{LAG},grpo-async:mode=grpo,n=8,{LAG},pods", reference="grpo",
                       overrides=["n=32", "m=8"], seeds=range(16, 24), pods_from=None, primary="gain", threads=2,
                       clock="wall", jobs=1),
+    "confirm-gym": dict(methods="grpo,pods", reference="grpo", overrides=["n=32", "m=8"], seeds=range(8, 16),
+                        pods_from=None, primary="gain", gym=True),
 }
 """Each comparison: its methods, seeds, reference and overrides; the comparison whose finished
 PODS runs of the same seeds it takes (they have its settings); and the target its pre-registered
@@ -139,6 +152,7 @@ TARGETS["confirm-c"] = [
            "the interval's lower end above 1.0", "pods-async speedup_to_gain (wall)", at_least(1.3, 1.0)),
     Target("PODS at async_lag=1: mean step wall time over all its runs at most 0.8x synchronous PODS's (threads = 2)",
            "pods-async/pods step_s (wall)", lambda e: not math.isnan(e.value) and e.value <= 0.8)]
+TARGETS["confirm-gym"] = [TARGETS["confirm-a"][0]]
 """The targets each comparison is judged on, fixed before its runs."""
 
 
@@ -153,6 +167,29 @@ def chosen() -> tuple[str, str]:
         return task, summary["candidates"][task]["lr"]
     except (ValueError, AttributeError, KeyError, TypeError) as e:  # JSON that is not the selection's summary
         raise PodsError(f"{SELECTION}: not task_selection.py's summary ({type(e).__name__}: {e})") from None
+
+
+def chosen_gym(task: str | None) -> tuple[str, str, dict]:
+    """A data set the gym round chose: its name, the learning rate chosen for it there, and its
+    settings (the screening config with the data set and the screening's completion length)."""
+    if not task:
+        raise PodsError("confirm-gym takes --task NAME: a data set the gym round chose")
+    try:
+        summary = json.loads(GYM_SELECTION.read_text()) if GYM_SELECTION.is_file() else {}
+        picked = summary.get("chosen") or []
+        if task not in picked:
+            raise PodsError(f"--task {task}: the gym round chose " + (", ".join(picked) if picked else "no data set yet")
+                            + f" ({GYM_SELECTION.relative_to(ROOT)}; benchmarks/task_selection.py report --round gym)")
+        lr = summary["candidates"][task]["lr"]
+        rows = json.loads(STEP0_CANDIDATES.read_text())["rows"]
+        tokens = next(r["max_new_tokens"] for r in rows if r["dataset"] == task)
+    except (OSError, ValueError, AttributeError, KeyError, TypeError, StopIteration) as e:
+        raise PodsError(f"the gym round's summary or the step-0 candidates do not hold {task!r}'s "
+                        f"settings ({type(e).__name__}: {e})") from None
+    settings = yaml.safe_load((ROOT / "configs" / "screening_gym.yaml").read_text())
+    settings["task"]["dataset"] = task
+    settings.setdefault("rollout", {})["max_new_tokens"] = tokens
+    return task, lr, settings
 
 
 def folder(comparison: str, task: str) -> Path:
@@ -172,12 +209,17 @@ def command(comparison: str, task: str, lr) -> list[str]:
             str(len(seeds)), "--first-seed", str(seeds[0]), "--reference", spec["reference"], *common, "--out", str(out)]
 
 
-def run(comparison: str) -> int:
-    task, lr = chosen()
-    spec, out = COMPARISONS[comparison], folder(comparison, task)
+def run(comparison: str, gym_task: str | None = None) -> int:
+    spec = COMPARISONS[comparison]
+    if spec.get("gym"):
+        task, lr, settings = chosen_gym(gym_task)
+    else:
+        task, lr = chosen()
+        settings = yaml.safe_load((ROOT / CONFIGS[task]).read_text())
+    out = folder(comparison, task)
     out.mkdir(parents=True, exist_ok=True)
     # the candidate's config without the keys compare sets itself (steps, the evaluation schedule)
-    settings = {k: v for k, v in yaml.safe_load((ROOT / CONFIGS[task]).read_text()).items() if k not in ("steps", "eval_every")}
+    settings = {k: v for k, v in settings.items() if k not in ("steps", "eval_every")}
     (out / "task.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     if spec["pods_from"]:  # the other comparison's PODS runs of these seeds have these settings: taken, not trained again
         reuse_runs(folder(spec["pods_from"], task), out, spec["seeds"])
@@ -383,11 +425,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="evidence.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=[*sorted(COMPARISONS), "report"])
     parser.add_argument("comparison", nargs="?", choices=sorted(COMPARISONS), default="a", help="which comparison report reads")
+    parser.add_argument("--task", help="confirm-gym: the data set (one the gym round chose)")
     args = parser.parse_args(argv)
+    which = args.comparison if args.what == "report" else args.what
+    if args.task and not COMPARISONS[which].get("gym"):
+        raise PodsError(f"--task is confirm-gym's; {which} runs on the task the first round chose")
     if args.what == "report":
-        print(report(args.comparison), end="")
+        out = folder(which, chosen_gym(args.task)[0]) if COMPARISONS[which].get("gym") else None
+        print(report(which, out), end="")
         return 0
-    return run(args.what)
+    return run(args.what, args.task)
 
 
 if __name__ == "__main__":
