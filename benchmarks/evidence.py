@@ -53,9 +53,9 @@ final level, the mean of its seed-mean curve's last three evaluations (:data:`TA
   synchronous PODS's (the cost of staleness).
 - confirm-gym (issue 62; fixed before any PODS run on these tasks): on each of the data sets the
   gym round of benchmarks/task_selection.py chose by GRPO's curve alone
-  (``task_selection/gym/summary.json``), with the learning rate it chose there and the screening's
-  config (configs/screening_gym.yaml, its completion length), GRPO (n = 8) against PODS (n = 32,
-  m = 8), seeds 8-15, otherwise confirm-a's settings. Target per task: PODS's optimizer steps to
+  (``task_selection/gym/summary.json``), with the screening's config (configs/screening_gym.yaml,
+  its completion length) and otherwise the two-digit confirmation's settings, its learning rate
+  included (the first round's, as confirm-a): GRPO (n = 8) against PODS (n = 32, m = 8), seeds 8-15. Target per task: PODS's optimizer steps to
   90% of GRPO's gain at most 0.7x GRPO's, the interval's upper end below 1.0. Reported beside it:
   the CPU-clock speed-up, the same ratio at 80% and 95% of the gain, and (in the summary that podsrl
   compare writes) the per-seed geometric mean. Its folder: ``evidence_confirm_gym_<data set>``.
@@ -169,9 +169,9 @@ def chosen() -> tuple[str, str]:
         raise PodsError(f"{SELECTION}: not task_selection.py's summary ({type(e).__name__}: {e})") from None
 
 
-def chosen_gym(task: str | None) -> tuple[str, str, dict]:
-    """A data set the gym round chose: its name, the learning rate chosen for it there, and its
-    settings (the screening config with the data set and the screening's completion length)."""
+def chosen_gym(task: str | None) -> tuple[str, dict]:
+    """A data set the gym round chose: its name and its settings (the screening config with the data
+    set and the screening's completion length)."""
     if not task:
         raise PodsError("confirm-gym takes --task NAME: a data set the gym round chose")
     try:
@@ -180,7 +180,6 @@ def chosen_gym(task: str | None) -> tuple[str, str, dict]:
         if task not in picked:
             raise PodsError(f"--task {task}: the gym round chose " + (", ".join(picked) if picked else "no data set yet")
                             + f" ({GYM_SELECTION.relative_to(ROOT)}; benchmarks/task_selection.py report --round gym)")
-        lr = summary["candidates"][task]["lr"]
         rows = json.loads(STEP0_CANDIDATES.read_text())["rows"]
         tokens = next(r["max_new_tokens"] for r in rows if r["dataset"] == task)
     except (OSError, ValueError, AttributeError, KeyError, TypeError, StopIteration) as e:
@@ -189,7 +188,7 @@ def chosen_gym(task: str | None) -> tuple[str, str, dict]:
     settings = yaml.safe_load((ROOT / "configs" / "screening_gym.yaml").read_text())
     settings["task"]["dataset"] = task
     settings.setdefault("rollout", {})["max_new_tokens"] = tokens
-    return task, lr, settings
+    return task, settings
 
 
 def folder(comparison: str, task: str) -> Path:
@@ -211,8 +210,8 @@ def command(comparison: str, task: str, lr) -> list[str]:
 
 def run(comparison: str, gym_task: str | None = None) -> int:
     spec = COMPARISONS[comparison]
-    if spec.get("gym"):
-        task, lr, settings = chosen_gym(gym_task)
+    if spec.get("gym"):  # the data set and its config from the gym round, the rest as confirm-a's
+        (task, settings), lr = chosen_gym(gym_task), chosen()[1]
     else:
         task, lr = chosen()
         settings = yaml.safe_load((ROOT / CONFIGS[task]).read_text())

@@ -461,10 +461,14 @@ def test_confirmation_c_runs_one_at_a_time_on_the_wall_clock_with_its_threads(ev
 
 @pytest.fixture
 def gym_round(evidence, tmp_path, monkeypatch):
-    """The gym round chose two data sets (lr 3e-5 for one), the step-0 screening gave their
-    completion lengths; the results under tmp_path. Returns the results folder."""
+    """The first round chose arithmetic_2digit at lr 1e-5, the gym round two data sets (at 3e-5 for
+    one: its own screening's rate, which the confirmation does not take), the step-0 screening gave
+    their completion lengths; the results under tmp_path. Returns the results folder."""
     results = tmp_path / "benchmarks" / "results"
     (results / "task_selection" / "gym").mkdir(parents=True)
+    (results / "task_selection" / "summary.json").write_text(json.dumps(
+        {"chosen": "arithmetic_2digit", "candidates": {"arithmetic_2digit": {"lr": "1e-5"}}}))
+    monkeypatch.setattr(evidence, "SELECTION", results / "task_selection" / "summary.json")
     (results / "gym_step0").mkdir(parents=True)
     (results / "task_selection" / "gym" / "summary.json").write_text(json.dumps(
         {"chosen": ["dice", "gcd"], "candidates": {"dice": {"lr": "3e-5"}, "gcd": {"lr": "1e-5"}, "lcm": {"lr": "1e-5"}}}))
@@ -490,7 +494,7 @@ def test_confirm_gym_trains_grpo_and_pods_on_a_chosen_data_set_with_its_settings
     assert cmd[cmd.index("--out") + 1] == str(out) and cmd[cmd.index("--methods") + 1] == "grpo,pods"
     assert cmd[cmd.index("--first-seed") + 1] == "8" and cmd[cmd.index("--seeds") + 1] == "8"
     assert cmd[cmd.index("--clock") + 1] == "cpu" and cmd[cmd.index("--steps") + 1] == "60"
-    assert {"lr=3e-5", "threads=1", "n=32", "m=8", "prompts_per_step=4", "task.test_size=500"} <= set(cmd)
+    assert "lr=3e-5" not in cmd and {"lr=1e-5", "threads=1", "n=32", "m=8", "prompts_per_step=4", "task.test_size=500"} <= set(cmd)
     task = yaml.safe_load((out / "task.yaml").read_text())
     assert task["task"]["dataset"] == "dice" and task["rollout"]["max_new_tokens"] == 32 and task["task"]["name"] == "gym"
     assert "steps" not in task and "eval_every" not in task
