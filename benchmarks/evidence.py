@@ -321,8 +321,8 @@ def _figures(comparison: str, out: Path, methods: list[str], reference: str, don
     # a comparison on the wall clock (a worker process beside the trainer: its CPU seconds are not the
     # training process's) gives its times in wall seconds; the speed-ups are on both clocks either way
     on_wall = spec.get("clock", "cpu") == "wall"
-    prime, est_time = (wall, est_wall) if on_wall else (cpu, est)
-    secs, time_name = ("wall s", "wall time") if on_wall else ("CPU s", "CPU time")
+    prime, est_time, clock = (wall, est_wall, "wall") if on_wall else (cpu, est, "CPU")
+    secs, time_name = f"{clock} s", f"{clock} time"
     if {"pods", "pods-async"} <= set(methods):  # the step-time target: one ratio of means over every run
         ratio = wall["methods"]["pods-async"]["step_s"] / wall["methods"]["pods"]["step_s"]
         est["pods-async/pods step_s (wall)"] = stats.Estimate(ratio, None, None, None, stats.RESAMPLES)
@@ -409,7 +409,7 @@ def _figures(comparison: str, out: Path, methods: list[str], reference: str, don
         ("peak", "its peak (the paper's)", "reference_peak_accuracy", "steps_to_reference_peak", "time_to_reference_peak_s"),
     ]:
         lines += ["", f"Per seed, against the same seed's {reference} run and {what}: each method's optimizer steps to it "
-                  f"(linear between evaluations) and training {'wall' if on_wall else 'CPU'} seconds (n/a: never reached).", "",
+                  f"(linear between evaluations) and training {clock} seconds (n/a: never reached).", "",
                   f"| seed | {reference}'s target | " + " | ".join(f"{m} steps | {m} {secs}" for m in methods) + " |",
                   "|---|---|" + "---|---|" * len(methods)]
         for i, s in enumerate(done):

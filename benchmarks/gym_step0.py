@@ -46,6 +46,7 @@ from pathlib import Path
 import torch
 
 from podsrl import models
+from podsrl.checkpoint import write_atomic
 from podsrl.config import load_config
 from podsrl.errors import PodsError, first_line
 from podsrl.evaluate import chat_prompt
@@ -232,11 +233,14 @@ class Rows:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
+    def _load(self) -> list[dict]:
+        return json.loads(Path(self.path).read_text()) if os.path.exists(self.path) else []
+
     def read(self) -> list[dict]:
         if not self.path:
             return list(self.memory)
         with self._locked():
-            return json.load(open(self.path)) if os.path.exists(self.path) else []
+            return self._load()
 
     def put(self, name: str, config, row: dict | None) -> None:
         """Replace the data set's row by ``row`` (None: remove it)."""
@@ -246,10 +250,7 @@ class Rows:
             self.memory = changed(self.memory)
             return
         with self._locked():
-            rows = changed(json.load(open(self.path)) if os.path.exists(self.path) else [])
-            with open(self.path + ".tmp", "w") as f:
-                json.dump(rows, f, indent=1)
-            os.replace(self.path + ".tmp", self.path)
+            write_atomic(Path(self.path), json.dumps(changed(self._load()), indent=1))
 
 
 def parse_shard(text: str) -> tuple[int, int]:

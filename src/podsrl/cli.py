@@ -224,9 +224,7 @@ def cmd_compare(args) -> int:
 def cmd_plot(args) -> int:
     from pathlib import Path
 
-    from podsrl.checkpoint import write_atomic
-    from podsrl.compare import (compared_methods, markdown_table, recorded_clock, recorded_reference, summarise,
-                                summary_json, write_reports)
+    from podsrl.compare import compared_methods, recorded_clock, recorded_reference, summarise, write_reports
 
     out = Path(args.out)
     methods, seeds = compared_methods(out)
@@ -237,12 +235,9 @@ def cmd_plot(args) -> int:
     summary = summarise(out, methods, seeds, reference, recorded_clock(out)) if reference in methods else None
     if not summary or not summary["methods"][reference]["per_seed"]:
         raise PodsError(f"{out} holds no evaluated compare run of {reference} ({reference}/seed-N/metrics.jsonl)")
-    if reference == recorded:
-        write_reports(out, summary)
-        table = out / "summary.md"
-    else:  # a second reference beside the recorded one: its own summary and table, the plots unchanged
-        write_atomic(out / f"summary_vs_{reference}.json", summary_json(summary))
-        write_atomic(table := out / f"summary_vs_{reference}.md", markdown_table(summary))
+    # another reference than the recorded one: its own summary and table beside it, the plots unchanged
+    other = reference != recorded
+    table = write_reports(out, summary, f"summary_vs_{reference}" if other else "summary", plots=not other)
     _warn_missing(summary)
     print(table.read_text(), end="")
     return 0

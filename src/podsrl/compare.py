@@ -619,12 +619,14 @@ def sampler_statistics(steps: list[dict]) -> dict:
     return counts
 
 
-def write_reports(out: Path, summary: dict) -> None:
-    """summary.json, summary.md and the plots, each replaced whole (a write cut short leaves the
-    previous one)."""
-    write_atomic(out / "summary.json", summary_json(summary))
-    write_atomic(out / "summary.md", markdown_table(summary))
-    plot(out, summary)
+def write_reports(out: Path, summary: dict, stem: str = "summary", plots: bool = True) -> Path:
+    """``<stem>.json``, ``<stem>.md`` and (with ``plots``) the plots, each replaced whole (a write
+    cut short leaves the previous one); returns the table's path."""
+    write_atomic(out / f"{stem}.json", summary_json(summary))
+    write_atomic(table := out / f"{stem}.md", markdown_table(summary))
+    if plots:
+        plot(out, summary)
+    return table
 
 
 def summary_json(summary: dict) -> str:
