@@ -24,6 +24,13 @@ failed. Stopped with SIGTERM or Ctrl-C, it records that the data set's attempt d
 a rerun evaluates it again as before. ``--shard I/N`` takes every N-th data set from the I-th: N
 processes (one per core) fill one ``--out`` together, each changing only its own rows.
 
+Generation runs in chunks of problems of similar prompt length (:func:`length_chunks`: a chunk pads
+only to its own longest prompt), and with ``--out`` each chunk's completions are kept in
+``OUT.partial/`` until the data set's row is written: a rerun after a stop or a death goes on from
+the last whole chunk, with the same chunks, so a data set longer than one sitting still finishes.
+(Rows made at commits up to 20b68ca padded every call to the data set's longest prompt; greedy
+completions differ between the two ways only by rounding.)
+
 ``--candidates FILE``: the screening's candidates from its rows (written next to it as
 ``candidates.json`` and ``candidates.md``): the data sets whose pass@1 lies in :data:`BAND`
 (inclusive); if more than :data:`SCREENED` do, the :data:`SCREENED` closest to :data:`TARGET`, ties
@@ -35,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -135,9 +143,57 @@ def limited(seconds: int, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-def evaluate_setting(engine, tokenizer, name, settings, tokens, problems, system_prompt, context=None) -> dict:
+def length_chunks(lengths: list[int], tokens: int, most_rows: int) -> list[list[int]]:
+    """The problems' indices in generate calls: by prompt length (then index), each call as many
+    problems as keep rows x (its longest prompt + ``tokens``) within ROW_TOKENS, and at most
+    ``most_rows`` (one at least)."""
+    chunks: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        if chunks and len(chunks[-1]) < most_rows and (len(chunks[-1]) + 1) * (lengths[i] + tokens) <= ROW_TOKENS:
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks
+
+
+def generate_in_chunks(engine, prompts, lengths, tokens, partial: Path | None, key: dict) -> tuple[list[str], float]:
+    """One greedy completion per prompt, in :func:`length_chunks`, and the generation's seconds
+    (over every sitting). ``partial``: where each chunk's completions are kept; one written for the
+    same ``key`` (data set, settings, tokens, prompts) is gone on from."""
+    done, seconds = {}, 0.0
+    if partial is not None and partial.exists():
+        saved = json.loads(partial.read_text())
+        if saved["key"] == key:
+            done, seconds = {int(i): t for i, t in saved["texts"].items()}, saved["seconds"]
+    default_rows = engine.batch_size
+    try:
+        for chunk in length_chunks(lengths, tokens, default_rows):
+            if all(i in done for i in chunk):
+                continue
+            start = time.perf_counter()
+            engine.batch_size = len(chunk)  # one generate call: padded to this chunk's longest prompt
+            done.update(zip(chunk, engine.generate([prompts[i] for i in chunk], 1, 0.0, tokens).texts))
+            seconds += time.perf_counter() - start
+            if partial is not None:
+                partial.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(partial, json.dumps({"key": key, "seconds": seconds, "texts": done}))
+    finally:
+        engine.batch_size = default_rows
+    return [done[i] for i in range(len(prompts))], seconds
+
+
+def partial_path(out: str | None, name: str, config) -> Path | None:
+    """Where ``--out``'s data set keeps its completions until its row is written."""
+    if out is None:
+        return None
+    label = config if config == "default" else hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(out + ".partial") / f"{name}-{label}.json"
+
+
+def evaluate_setting(engine, tokenizer, name, settings, tokens, problems, system_prompt, context=None,
+                     partial: Path | None = None) -> dict:
     """One row. ``tokens`` None: :func:`token_rule`. ``context``: the model's context in tokens,
-    which every prompt and its completion must fit."""
+    which every prompt and its completion must fit. ``partial``: see :func:`generate_in_chunks`."""
     start = time.perf_counter()
     with limited(BUILD_LIMIT_S, "building the task"):
         task = load_task("gym", dataset=name, config=settings or {}, test_size=problems, seed=0)
@@ -145,17 +201,13 @@ def evaluate_setting(engine, tokenizer, name, settings, tokens, problems, system
     tokens = token_rule(tokenizer, [p.answer for p in task.test]) if tokens is None else tokens
     system_prompt = task.system_prompt if system_prompt is None else system_prompt
     prompts = [chat_prompt(tokenizer, system_prompt, p.question) for p in task.test]
-    longest = max(len(tokenizer(q, add_special_tokens=False).input_ids) for q in prompts)
+    lengths = [len(tokenizer(q, add_special_tokens=False).input_ids) for q in prompts]
+    longest = max(lengths)
     if context is not None and longest + tokens > context:
         raise PodsError(f"its longest prompt is {longest} tokens: with {tokens} new ones past the model's context of {context}")
-    default_rows = engine.batch_size
-    engine.batch_size = max(1, min(default_rows, ROW_TOKENS // (longest + tokens)))
-    start = time.perf_counter()
-    try:
-        texts = engine.generate(prompts, 1, 0.0, tokens).texts
-    finally:
-        engine.batch_size = default_rows
-    generation_s = time.perf_counter() - start
+    key = {"dataset": name, "config": settings or "default", "max_new_tokens": tokens,
+           "prompts": hashlib.sha256("\0".join(prompts).encode()).hexdigest()}
+    texts, generation_s = generate_in_chunks(engine, prompts, lengths, tokens, partial, key)
     start = time.perf_counter()
     rewards = accuracy_reward(texts, [p.answer for p in task.test], [p.entry for p in task.test],  # as evaluation does
                               [p.require_marker for p in task.test], [p.question for p in task.test])
@@ -314,7 +366,8 @@ def main() -> None:
         else:
             rows.put(name, config, {"dataset": name, "config": config, "started": attempts + 1})
             try:
-                row = evaluate_setting(engine, tokenizer, name, settings, tokens, args.problems, args.system_prompt, context)
+                row = evaluate_setting(engine, tokenizer, name, settings, tokens, args.problems, args.system_prompt, context,
+                                       partial_path(args.out, name, config))
             except (Stopped, KeyboardInterrupt) as e:  # on purpose: the attempt is not counted
                 rows.put(name, config, {"dataset": name, "config": config, "started": attempts} if attempts else None)
                 shutdown()
@@ -326,6 +379,8 @@ def main() -> None:
                        "error": first_line(e) if isinstance(e, PodsError) else f"{type(e).__name__}: {first_line(e)}"}
         row["podsrl_commit"] = commit
         rows.put(name, config, row)
+        if (partial := partial_path(args.out, name, config)) is not None:
+            partial.unlink(missing_ok=True)
         print(json.dumps({k: v for k, v in row.items() if k != "examples"}), flush=True)
     rows = rows.read()
     shutdown()

@@ -440,12 +440,16 @@ def test_step0_screening_shards_fill_one_file_each_with_its_own_rows(step0, tmp_
         return {"dataset": name, "config": "default", "pass@1": 0.1, **FAKE_ROW}
 
     monkeypatch.setattr(step0, "evaluate_setting", evaluate)
+    kept = step0.partial_path(str(out), "c", "default")  # completions kept from an earlier sitting
+    kept.parent.mkdir()
+    kept.write_text("{}")
     for shard in ("1/2", "2/2"):
         monkeypatch.setattr(sys, "argv", ["gym_step0.py", "--all", "--shard", shard, "--out", str(out)])
         step0.main()
     rows = {r["dataset"]: r for r in json.loads(out.read_text())}
     assert evaluated == ["a", "c", "e", "d"]  # shard 1: a, c, e; shard 2: b done by then, d
     assert sorted(rows) == list("abcde") and rows["b"]["pass@1"] == 0.5 and rows["a"]["pass@1"] == 0.1
+    assert not kept.exists()  # gone with its row written
     for bad in ("3/2", "0/2", "x"):
         monkeypatch.setattr(sys, "argv", ["gym_step0.py", "--all", "--shard", bad, "--out", str(out)])
         with pytest.raises(SystemExit, match="--shard takes I/N"):
@@ -478,3 +482,49 @@ def test_step0_screening_stopped_on_purpose_does_not_count_the_attempt(step0, tm
     step0.main()
     rows = {r["dataset"]: r for r in json.loads(out.read_text())}
     assert evaluated == ["fresh", "died_once"] and rows["fresh"]["pass@1"] == 0.1 and "started" not in rows["died_once"]
+
+
+def test_step0_chunks_group_prompts_by_length_within_the_row_budget(step0, monkeypatch):
+    """length_chunks, against hand-worked chunks: by (length, index), a chunk grows while rows x
+    (its longest prompt + tokens) fits ROW_TOKENS and it has fewer than most_rows."""
+    monkeypatch.setattr(step0, "ROW_TOKENS", 120)
+    # sorted: 1 (10), 3 (10), 2 (50), 0 (100); 2 x 16 fits, 3 x 56 does not, 2 x 106 does not
+    assert step0.length_chunks([100, 10, 50, 10], 6, 3) == [[1, 3], [2], [0]]
+    assert step0.length_chunks([200], 6, 3) == [[0]]  # a prompt past the budget still gets its call
+    monkeypatch.setattr(step0, "ROW_TOKENS", 1000)
+    assert step0.length_chunks([1] * 5, 1, 2) == [[0, 1], [2, 3], [4]]
+
+
+def test_step0_generation_goes_on_from_the_last_whole_chunk(step0, tmp_path, monkeypatch):
+    """generate_in_chunks: stopped during its second call, a rerun generates only the chunks not
+    kept, in the same chunks; the completions come back in the problems' order; a partial file of
+    other prompts is not used."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(step0, "ROW_TOKENS", 40)
+    lengths = [30, 5, 30, 5, 5]  # chunks (tokens 3): [1, 3, 4], [0], [2]
+    prompts = [f"p{i}" for i in range(5)]
+    calls = []
+
+    class Engine:
+        batch_size = 128
+
+        def generate(self, batch, n, temperature, tokens):
+            assert (n, temperature, len(batch)) == (1, 0.0, self.batch_size)  # one call per chunk
+            calls.append(batch)
+            if stop_at == len(calls):
+                raise step0.Stopped("SIGTERM")
+            return SimpleNamespace(texts=[p.upper() for p in batch])
+
+    partial, key = tmp_path / "rows.json.partial" / "d-default.json", {"dataset": "d", "prompts": "h"}
+    engine, stop_at = Engine(), 2
+    with pytest.raises(step0.Stopped):
+        step0.generate_in_chunks(engine, prompts, lengths, 3, partial, key)
+    assert engine.batch_size == 128 and json.loads(partial.read_text())["texts"] == {"1": "P1", "3": "P3", "4": "P4"}
+    calls.clear()
+    stop_at = None
+    texts, seconds = step0.generate_in_chunks(engine, prompts, lengths, 3, partial, key)
+    assert calls == [["p0"], ["p2"]] and texts == [p.upper() for p in prompts] and seconds >= 0
+    calls.clear()
+    step0.generate_in_chunks(engine, prompts, lengths, 3, partial, {**key, "prompts": "other"})
+    assert calls == [["p1", "p3", "p4"], ["p0"], ["p2"]]
