@@ -28,7 +28,7 @@ Generation runs in chunks of problems of similar prompt length (:func:`length_ch
 only to its own longest prompt), and with ``--out`` each chunk's completions are kept in
 ``OUT.partial/`` until the data set's row is written: a rerun after a stop or a death goes on from
 the last whole chunk, with the same chunks, so a data set longer than one sitting still finishes.
-(Rows made at commits up to 20b68ca padded every call to the data set's longest prompt; greedy
+(Rows made before b066e16 padded every call to the data set's longest prompt; greedy
 completions differ between the two ways only by rounding.)
 
 ``--candidates FILE``: the screening's candidates from its rows (written next to it as
