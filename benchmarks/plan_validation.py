@@ -43,6 +43,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # podsrl from this checkout, as the podsrl commands it runs take it
+from podsrl.checkpoint import write_atomic  # noqa: E402
 from podsrl.errors import ArgumentParser, PodsError, one_line_errors  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results"
 EVIDENCE_A, EVIDENCE_B = RESULTS / "evidence_a_arithmetic_2digit", RESULTS / "evidence_b_arithmetic_2digit"
@@ -206,12 +207,6 @@ def render(rows: list[dict], report: dict, source: str) -> str:
               f"{within('ratio_at_start')}; given the runs' trained rollouts {within('ratio_given_trained')}",
               f"plan took {report['seconds']:.0f} s"]
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 @one_line_errors("plan_validation.py")
