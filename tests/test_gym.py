@@ -137,10 +137,10 @@ def test_held_out_accuracy_counts_full_credit_only():
     from podsrl.evaluate import evaluate
 
     problems = task("knights_knaves", test_size=4).test
-    texts = [f"<answer>{p.answer if i == 0 else one_role_flipped(p.answer)}</answer>" for i, p in enumerate(problems)]
-    ids = torch.ones(len(texts), 1, dtype=torch.long)  # one token each: none cut at the limit
+    answers = {p.question: f"<answer>{p.answer if i == 0 else one_role_flipped(p.answer)}</answer>" for i, p in enumerate(problems)}
+    ids = torch.ones(len(answers), 1, dtype=torch.long)  # one token each: none cut at the limit
     engine = SimpleNamespace(generate=lambda prompts, n, temperature, tokens, **_: SimpleNamespace(
-        texts=texts, completion_ids=ids, completion_mask=ids))
+        texts=[answers[p.strip()] for p in prompts], completion_ids=ids, completion_mask=ids))
     result = evaluate(engine, SimpleNamespace(chat_template=None), problems, None, 8, keep=4)
     assert result.accuracy == 0.25 and [s["correct"] for s in result.samples] == [True, False, False, False]
 

@@ -276,6 +276,44 @@ def test_evaluate_counts_stated_results_and_keeps_the_first_completions():
     assert evaluate(Engine(), SimpleNamespace(chat_template=None), problems, None, 16).samples == []
 
 
+def test_evaluation_generates_shortest_prompts_first_each_with_its_own_seed():
+    """evaluate hands the engine its prompts shortest first (a batch then pads to similar lengths),
+    each with the seed it has in the problems' order (manual_seed(0), one draw a problem, as the
+    engines draw them), whichever process evaluates it; completions, cuts at the length limit, verdicts and samples stay the
+    problems' own."""
+    from types import SimpleNamespace
+
+    from podsrl.evaluate import evaluate
+    from podsrl.tasks import Problem
+
+    problems = [Problem("1000 + 2000 =", "3000"), Problem("1 + 1 =", "2"), Problem("30 + 40 =", "70")]
+    answers = {"1000 + 2000 =": "The answer is 3000.", "1 + 1 =": "The answer is 3.", "30 + 40 =": "The answer is 70"}
+    seen = []
+
+    class Engine:
+        def generate(self, prompts, n, temperature, max_new_tokens, seeds=None, **_):
+            seen.append((prompts, seeds))
+            # one token each, but 30 + 40's completion runs to the limit: cut there, it is not paid
+            ids = [torch.ones(max_new_tokens if p.startswith("30") else 1, dtype=torch.long) for p in prompts]
+            mask = torch.nn.utils.rnn.pad_sequence(ids, batch_first=True)
+            return SimpleNamespace(texts=[answers[p.strip()] for p in prompts], completion_ids=mask, completion_mask=mask)
+
+    result = evaluate(Engine(), SimpleNamespace(chat_template=None), problems, None, 4, temperature=1.0, keep=3)
+    torch.manual_seed(0)
+    drawn = torch.randint(0, 2**62, (3,)).tolist()
+    prompts, seeds = seen[0]
+    assert [p.strip() for p in prompts] == ["1 + 1 =", "30 + 40 =", "1000 + 2000 ="]
+    assert seeds == [drawn[1], drawn[2], drawn[0]]
+    assert result.accuracy == pytest.approx(1 / 3)
+    assert [(s["question"], s["completion"], s["correct"]) for s in result.samples] == [
+        ("1000 + 2000 =", "The answer is 3000.", True), ("1 + 1 =", "The answer is 3.", False),
+        ("30 + 40 =", "The answer is 70", False)]
+    # the second of two processes takes problems 1, 3, ... and their seeds of the one-process draw
+    second = SimpleNamespace(process_index=1, num_processes=2, device="cpu", reduce=lambda t, reduction: t)
+    evaluate(Engine(), SimpleNamespace(chat_template=None), problems, None, 4, temperature=1.0, accelerator=second)
+    assert [p.strip() for p in seen[1][0]] == ["1 + 1 ="] and seen[1][1] == [drawn[1]]
+
+
 # --------------------------------------------------------------------------- implausible answers
 
 _PATHOLOGICAL = [
@@ -447,7 +485,8 @@ def test_task_require_marker_reaches_the_reward_through_the_task():
 
         def generate(self, prompts, n, temperature, max_new_tokens, on_chunk=None, **_):
             from types import SimpleNamespace
-            texts = [f"\\boxed{{{p.answer}}}" if self.marked else p.answer for p in t.test]
+            gold = {p.question: p.answer for p in t.test}
+            texts = [f"\\boxed{{{gold[q.strip()]}}}" if self.marked else gold[q.strip()] for q in prompts]
             on_chunk(0, list(range(len(texts))), [[1]] * len(texts))
             ids = torch.ones(len(texts), 1, dtype=torch.long)  # one token each: none cut at the limit
             return SimpleNamespace(texts=texts, completion_ids=ids, completion_mask=ids)

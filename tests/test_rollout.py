@@ -310,3 +310,51 @@ def test_a_run_that_cannot_decode_static_at_its_precision_is_refused_before_its_
     with pytest.raises(PodsError, match="data file not found"):  # at fp32 the check passes and setup goes on to the task
         setup(load_config(None, ["rollout.decoder=static", f"output_dir={out}", "task.name=gsm8k",
                                  f"task.path={tmp_path / 'absent.jsonl'}"]), SimpleNamespace(num_processes=1, mixed_precision="no"))
+
+
+def test_call_width_is_the_calls_own_longest_prompt():
+    """hf.call_width, hand-worked: left-padded masks of width 7 whose longest row has 3 tokens."""
+    mask = torch.tensor([[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1]])
+    assert hf.call_width(mask, 1, "left") == 3
+    assert hf.call_width(mask, 2, "left") == 4  # rounded up to the static cache's multiple
+    assert hf.call_width(mask, 16, "left") == 7  # never past the whole width
+    assert hf.call_width(mask, 1, "right") == 7  # right padding: the whole width
+
+
+@pytest.mark.parametrize("decoder", ["loop", "generate", "static"])
+def test_each_call_pads_its_prompts_to_its_own_longest_only(tiny_model_dir, decoder):
+    """Three prompts, two a call (of two rollouts each): the first call's prompts are padded to the longer of its own two,
+    not to the third's length; the completions are those of each prompt generated alone, and the
+    returned prompts are padded to the longest of all."""
+    tok = models.load_tokenizer(tiny_model_dir)
+    model = exact_model(tiny_model_dir)
+    prompts = ["x", "1 + 1 =", "a prompt far longer than the two before it, so that it needs more than sixteen tokens"]
+    lengths = [len(tok(p, add_special_tokens=False).input_ids) for p in prompts]
+    assert lengths[2] > 16 > lengths[1] > lengths[0]
+    engine = HFEngine(model, tok, batch_size=4, decoder=decoder)  # 2 prompts x 2 rollouts a call
+    widths = []
+    for name in ("_prompt_cache", "_generate"):  # every call passes its prompts through one of them
+        original = getattr(engine, name)
+        setattr(engine, name, lambda ids, *a, _original=original, **k: widths.append(ids.shape[1]) or _original(ids, *a, **k))
+    out = engine.generate(prompts, 2, 1.0, 5, seeds=[1, 2, 3])
+    first = widths[0]
+    assert first == (16 if decoder == "static" else lengths[1])
+    assert max(widths) >= (32 if decoder == "static" else lengths[2]) and out.prompt_ids.shape[1] == max(widths)
+    for i, prompt in enumerate(prompts):
+        alone = HFEngine(model, tok, batch_size=2, decoder=decoder).generate([prompt], 2, 1.0, 5, seeds=[i + 1])
+        rows = out.completion_ids[2 * i : 2 * i + 2]
+        assert out.texts[2 * i : 2 * i + 2] == alone.texts
+        assert torch.equal(rows[:, : alone.completion_ids.shape[1]], alone.completion_ids)
+
+
+def test_eval_padding_counts_by_hand():
+    """benchmarks/eval_padding.py's count, hand-worked: lengths 1, 5, 2, 9 two a call are 4 x 9 = 36
+    tokens padded to the longest of all; sorted, (1, 2) and (5, 9) are 2 x 2 + 2 x 9 = 22."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("eval_padding", Path(__file__).parents[1] / "benchmarks" / "eval_padding.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.padded([1, 5, 2, 9], 2) == (36, 22)
+    assert module.padded([3, 3, 3], 128) == (9, 9)

@@ -41,16 +41,21 @@ def evaluate(
     scores, texts = [], []
     if mine:
         prompts = [chat_prompt(tokenizer, system_prompt, p.question) for p in mine]
-        # greedy needs no seed; sampled evaluation is seeded so it is repeatable
+        # generated shortest prompt first, so that the prompts of one batch are padded to similar
+        # lengths; each problem keeps its own seed, whatever the order and however the problems are
+        # split over processes (sampled evaluation is seeded to be repeatable)
+        order = sorted(range(len(mine)), key=lambda i: len(prompts[i]))
         with torch.random.fork_rng(devices=[]), tqdm(total=len(mine), desc="eval", unit="problem",
                                                      disable=not progress, leave=False) as bar:
             torch.manual_seed(0)
-            out = engine.generate(prompts, 1, temperature, max_new_tokens,
+            seeds = torch.randint(0, 2**62, (len(problems),)).tolist()[rank::world]
+            out = engine.generate([prompts[i] for i in order], 1, temperature, max_new_tokens, seeds=[seeds[i] for i in order],
                                   on_chunk=lambda first, done, ids: bar.update(len(done)))
-        texts = out.texts
+        texts, truncated = [""] * len(mine), [False] * len(mine)
+        for i, text, cut in zip(order, out.texts, cut_rows(out, max_new_tokens, getattr(engine, "eos_ids", ()))):
+            texts[i], truncated[i] = text, cut
         scores = accuracy_reward(texts, [p.answer for p in mine], [p.entry for p in mine],
-                                 [p.require_marker for p in mine], [p.question for p in mine],
-                                 truncated=cut_rows(out, max_new_tokens, getattr(engine, "eos_ids", ())))
+                                 [p.require_marker for p in mine], [p.question for p in mine], truncated=truncated)
     counts = torch.tensor([sum(r == 1.0 for r in scores), len(mine)], dtype=torch.float64)
     if accelerator is not None and world > 1:
         counts = accelerator.reduce(counts.to(accelerator.device), reduction="sum").cpu()

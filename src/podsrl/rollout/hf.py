@@ -109,6 +109,17 @@ def sample_rows(logits: torch.Tensor, seeds: torch.Tensor, position: int, temper
     return token, nucleus_logprobs(logq, token, support, full), support.to(torch.int32)
 
 
+def call_width(mask: torch.Tensor, multiple: int, padding_side: str) -> int:
+    """The columns a generate call needs of its prompts (``mask``: theirs, padded with the other
+    calls' to the longest prompt of all): its own longest prompt, rounded up to ``multiple`` (the
+    static cache's padding), within the whole width. Left padding only; right-padded prompts keep
+    the whole width."""
+    if padding_side != "left" or mask.numel() == 0:
+        return mask.shape[1]
+    longest = int(mask.sum(1).max())
+    return min(mask.shape[1], -(-longest // multiple) * multiple)
+
+
 def row_seed_tensor(seeds: list[int]) -> torch.Tensor:
     """Python seeds (any size) as int64 ``[B]``, reduced to 63 bits."""
     return torch.tensor([s % 2**63 for s in seeds], dtype=torch.int64)
@@ -265,20 +276,23 @@ class HFEngine:
         chunks, texts = [], []  # (completion ids, mask) of each generate call; decoded completions
         for first in range(0, len(prompts), per_call):
             rows = slice(first * n, (first + per_call) * n)
+            # the call's prompts padded only to its own longest (the returned prompt_ids to the longest of all)
+            width = call_width(enc["attention_mask"][first : first + per_call], 16 if static else 1,
+                               self.tokenizer.padding_side)
+            call_ids, call_mask = prompt_ids[rows, -width:], prompt_mask[rows, -width:]
             if static:
-                out = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
-                                           row_seeds[rows], cache_implementation="static")
+                out = self._generate(call_ids, call_mask, temperature, max_new_tokens,
+                                     row_seeds[rows], cache_implementation="static")
             else:
-                chunk = (enc["input_ids"][first : first + per_call].to(device),
-                         enc["attention_mask"][first : first + per_call].to(device))
+                chunk = (enc["input_ids"][first : first + per_call, -width:].to(device),
+                         enc["attention_mask"][first : first + per_call, -width:].to(device))
                 cache, cache_mask = self._prompt_cache(*chunk, n, share_prefix=decoder == "loop")
                 if decoder == "loop" and hasattr(cache, "batch_select_indices"):
-                    out = self._decode(prompt_ids[rows], cache_mask, temperature, max_new_tokens, row_seeds[rows], cache)
+                    out = self._decode(call_ids, cache_mask, temperature, max_new_tokens, row_seeds[rows], cache)
                 else:
                     if decoder == "loop" and cache is not None:  # a cache that cannot drop rows: generate
                         cache, _ = self._prompt_cache(*chunk, n)  # from one without a shared prefix
-                    out = self._generate(prompt_ids[rows], prompt_mask[rows], temperature, max_new_tokens,
-                                         row_seeds[rows], cache)
+                    out = self._generate(call_ids, call_mask, temperature, max_new_tokens, row_seeds[rows], cache)
             ids, mask = out.ids, out.mask
             chunks.append(out)
             texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
