@@ -8,7 +8,9 @@ Rows: ``generate`` (every row runs until the last one ends, each prompt prefille
 without the shared prefix (``rollout.share_prompt_cache=false``: each prompt prefilled whole, rows
 leave the batch as they end); ``loop`` with the shared prefix (the default: the chat template and
 system prompt that every prompt starts with are prefilled once per batch); the default at 512 rows
-per call; the default under bf16 autocast (what ``mixed_precision=bf16`` gives), whose completions
+per call; the default with every generate call padded to the longest prompt of the evaluation (as
+before calls were padded to their own longest, which with prompts of one length changes nothing);
+the default under bf16 autocast (what ``mixed_precision=bf16`` gives), whose completions
 differ from float32's where greedy decoding meets a near tie. Each row gives its best time of
 ``--repeats`` evaluations after a warm-up, the accuracy, and the share of completions identical to
 the first row's.
@@ -25,6 +27,7 @@ import torch
 from podsrl import models
 from podsrl.config import load_config
 from podsrl.evaluate import evaluate
+from podsrl.rollout import hf
 from podsrl.rollout.hf import HFEngine
 from podsrl.tasks import task_from_config
 
@@ -32,9 +35,22 @@ ROWS = [  # label, engine options, autocast dtype
     ("generate, whole prompts", dict(decoder="generate", share_prompt_cache=False), None),
     ("loop, whole prompts", dict(decoder="loop", share_prompt_cache=False), None),
     ("loop, shared prefix (default)", dict(decoder="loop"), None),
+    ("the default, every call padded to the longest prompt of all", dict(decoder="loop", pad_to_longest=True), None),
     ("loop, shared prefix, 512 rows", dict(decoder="loop", batch_size=512), None),
     ("loop, shared prefix, bf16 autocast", dict(decoder="loop"), torch.bfloat16),
 ]
+
+
+@contextlib.contextmanager
+def padded_to_longest():
+    """The HF engine as it was before each call's prompts were padded only to its own longest: every
+    call padded to the longest prompt of the evaluation."""
+    own = hf.call_width
+    hf.call_width = lambda mask, multiple, padding_side: mask.shape[1]
+    try:
+        yield
+    finally:
+        hf.call_width = own
 
 
 def main() -> None:
@@ -53,10 +69,12 @@ def main() -> None:
     print(f"| setting | seconds | vs first | problems/s | accuracy | same completions |\n|---|---|---|---|---|---|")
     first = None
     for label, options, dtype in ROWS:
+        options = dict(options)
+        pad_to_longest = options.pop("pad_to_longest", False)
         engine = HFEngine(model, tok, **{"batch_size": 128, **options})
         autocast = torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()
         best = float("inf")
-        with autocast:
+        with autocast, (padded_to_longest() if pad_to_longest else contextlib.nullcontext()):
             evaluate(engine, tok, task.test[:8], system, c.rollout.max_new_tokens)  # warm-up
             for _ in range(args.repeats):
                 t = time.perf_counter()
