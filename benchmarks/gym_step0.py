@@ -22,7 +22,9 @@ reason instead of figures. A rerun with the same ``--out`` goes on after the row
 set during which the process died (killed, out of memory) is tried once more, then recorded as
 failed. Stopped with SIGTERM or Ctrl-C, it records that the data set's attempt did not count, and
 a rerun evaluates it again as before. ``--shard I/N`` takes every N-th data set from the I-th: N
-processes (one per core) fill one ``--out`` together, each changing only its own rows.
+processes (one per core) fill one ``--out`` together. A process that has done its own data sets
+then takes the others' that no live process has started, from the last one back; each data set is
+claimed under the file's lock with the claiming process's id, so no two processes evaluate one.
 
 Generation runs in chunks of problems of similar prompt length (:func:`length_chunks`: a chunk pads
 only to its own longest prompt), and with ``--out`` each chunk's completions are kept in
@@ -294,6 +296,25 @@ class Rows:
         with self._locked():
             return self._load()
 
+    def claim(self, name: str, config, owner: dict) -> int | None:
+        """None if the data set has its row, or a live process other than ``owner`` is evaluating
+        it; else its attempts so far (a started row whose process is gone counts as one), and, if
+        fewer than ATTEMPTS, the data set is marked started by ``owner``."""
+        with self._locked() if self.path else contextlib.nullcontext():
+            rows = self._load() if self.path else self.memory
+            same = [r for r in rows if r["dataset"] == name and r["config"] == config]
+            if any("started" not in r for r in same) or (same and same[0].get("owner") != owner and alive(same[0].get("owner"))):
+                return None
+            attempts = same[0]["started"] if same else 0
+            if attempts < ATTEMPTS:
+                changed = [r for r in rows if r not in same] + [{"dataset": name, "config": config,
+                                                                  "started": attempts + 1, "owner": owner}]
+                if self.path:
+                    write_atomic(Path(self.path), json.dumps(changed, indent=1))
+                else:
+                    self.memory = changed
+            return attempts
+
     def put(self, name: str, config, row: dict | None) -> None:
         """Replace the data set's row by ``row`` (None: remove it)."""
         def changed(rows):
@@ -303,6 +324,21 @@ class Rows:
             return
         with self._locked():
             write_atomic(Path(self.path), json.dumps(changed(self._load()), indent=1))
+
+
+def process_id(pid: int | None = None) -> dict | None:
+    """A process as the kernel knows it: its pid and start time (``/proc``), so that a pid reused
+    by a later process does not pass for the one that claimed a data set."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return {"pid": pid, "start": int(stat.rsplit(")", 1)[1].split()[19])}  # field 22: start time
+
+
+def alive(owner: dict | None) -> bool:
+    return bool(owner) and process_id(owner["pid"]) == owner
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -352,19 +388,19 @@ def main() -> None:
     shard, shards = parse_shard(args.shard)
     rows = Rows(args.out)
 
-    for index, (name, settings, tokens) in enumerate(all_defaults() if args.all else SETTINGS):
+    wanted = [(i, s) for i, s in enumerate(all_defaults() if args.all else SETTINGS) if not only or s[0] in only]
+    own = [s for i, s in wanted if i % shards == shard - 1]
+    others = [s for i, s in reversed(wanted) if i % shards != shard - 1]  # once its own are done
+    me = process_id()
+    for name, settings, tokens in own + others:
         config = settings or "default"
-        if only and name not in only or index % shards != shard - 1:
+        attempts = rows.claim(name, config, me)
+        if attempts is None:
             continue
-        same = [r for r in rows.read() if r["dataset"] == name and r["config"] == config]
-        if any("started" not in r for r in same):
-            continue
-        attempts = same[0]["started"] if same else 0
         if attempts >= ATTEMPTS:
             row = {"dataset": name, "config": config,
                    "error": f"the process ended during its evaluation {attempts} times (killed, or out of memory)"}
         else:
-            rows.put(name, config, {"dataset": name, "config": config, "started": attempts + 1})
             try:
                 row = evaluate_setting(engine, tokenizer, name, settings, tokens, args.problems, args.system_prompt, context,
                                        partial_path(args.out, name, config))

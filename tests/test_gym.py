@@ -447,7 +447,7 @@ def test_step0_screening_shards_fill_one_file_each_with_its_own_rows(step0, tmp_
         monkeypatch.setattr(sys, "argv", ["gym_step0.py", "--all", "--shard", shard, "--out", str(out)])
         step0.main()
     rows = {r["dataset"]: r for r in json.loads(out.read_text())}
-    assert evaluated == ["a", "c", "e", "d"]  # shard 1: a, c, e; shard 2: b done by then, d
+    assert evaluated == ["a", "c", "e", "d"]  # shard 1: a, c, e, then shard 2's d (b done); shard 2: none left
     assert sorted(rows) == list("abcde") and rows["b"]["pass@1"] == 0.5 and rows["a"]["pass@1"] == 0.1
     assert not kept.exists()  # gone with its row written
     for bad in ("3/2", "0/2", "x"):
@@ -528,3 +528,33 @@ def test_step0_generation_goes_on_from_the_last_whole_chunk(step0, tmp_path, mon
     calls.clear()
     step0.generate_in_chunks(engine, prompts, lengths, 3, partial, {**key, "prompts": "other"})
     assert calls == [["p1", "p3", "p4"], ["p0"], ["p2"]]
+
+
+def test_step0_screening_claims_each_data_set_for_one_live_process(step0, tmp_path, monkeypatch):
+    """A data set another live process has started is left to it; one whose process is gone counts
+    that attempt and is evaluated; a shard done with its own data sets takes the others' from the
+    last one back."""
+    import subprocess
+
+    monkeypatch.setattr(step0, "all_defaults", lambda: [(name, None, None) for name in "abcd"])
+    monkeypatch.setattr(step0, "shutdown", lambda: None)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        busy = step0.process_id(other.pid)
+        gone = {"pid": busy["pid"], "start": busy["start"] - 1}  # the pid, but not the process that claimed
+        out = tmp_path / "rows.json"
+        out.write_text(json.dumps([{"dataset": "a", "config": "default", "started": 1, "owner": busy},
+                                   {"dataset": "c", "config": "default", "started": 1, "owner": gone}]))
+        evaluated = []
+        monkeypatch.setattr(step0, "evaluate_setting", lambda engine, tokenizer, name, *rest:
+                            evaluated.append(name) or {"dataset": name, "config": "default", "pass@1": 0.1, **FAKE_ROW})
+        monkeypatch.setattr(sys, "argv", ["gym_step0.py", "--all", "--shard", "1/2", "--out", str(out)])
+        step0.main()
+    finally:
+        other.kill()
+        other.wait()
+    rows = {r["dataset"]: r for r in json.loads(out.read_text())}
+    assert evaluated == ["c", "d", "b"]  # its own: a (busy), c (a died attempt); then d and b, the last first
+    assert rows["a"] == {"dataset": "a", "config": "default", "started": 1, "owner": busy}
+    assert all("pass@1" in rows[name] for name in "bcd")
+    assert not step0.alive(busy) and not step0.alive(None) and step0.alive(step0.process_id())
