@@ -1,8 +1,8 @@
 """Held-out evaluation speed: greedy pass@1 on a task's held-out problems (default: 500 two-digit
 ``+ -`` problems), with the HF engine's settings side by side in one run; ratios against the first
-row, transformers' ``generate`` on whole prompts.
+row run (by default transformers' ``generate`` on whole prompts; ``--rows`` picks rows of the table).
 
-    python benchmarks/evaluation.py [--config configs/arithmetic_2digit.yaml] [--repeats 2] [key=value ...]
+    python benchmarks/evaluation.py [--config configs/arithmetic_2digit.yaml] [--repeats 2] [--rows 3,4] [key=value ...]
 
 Rows: ``generate`` (every row runs until the last one ends, each prompt prefilled whole); ``loop``
 without the shared prefix (``rollout.share_prompt_cache=false``: each prompt prefilled whole, rows
@@ -57,6 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="configs/arithmetic_2digit.yaml")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rows", default=None, help="comma-separated row numbers of the table (1-based; default: all)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     c = load_config(args.config, args.overrides)
@@ -68,7 +69,8 @@ def main() -> None:
           f"{torch.get_num_threads()} threads, model {c.model.name_or_path} ({c.model.dtype})")
     print(f"| setting | seconds | vs first | problems/s | accuracy | same completions |\n|---|---|---|---|---|---|")
     first = None
-    for label, options, dtype in ROWS:
+    chosen = [ROWS[int(i) - 1] for i in args.rows.split(",")] if args.rows else ROWS
+    for label, options, dtype in chosen:
         options = dict(options)
         pad_to_longest = options.pop("pad_to_longest", False)
         engine = HFEngine(model, tok, **{"batch_size": 128, **options})
