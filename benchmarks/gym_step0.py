@@ -252,7 +252,15 @@ def candidates(rows: list[dict]) -> dict:
 
 
 def write_candidates(path: Path) -> None:
+    """candidates.json and .md from a finished screening: refused in one line while a data set of
+    :func:`all_defaults` has no row (the candidates are chosen among all of them, and what
+    benchmarks/task_selection.py's gym round reads must not come from part of the screening)."""
     rows = [r for r in json.loads(path.read_text()) if "started" not in r]
+    missing = sorted({name for name, _, _ in all_defaults()} - {r["dataset"] for r in rows})
+    if missing:
+        raise SystemExit(f"gym_step0: the screening in {path} has not finished: {len(missing)} of {len(all_defaults())} "
+                         f"data sets have no row yet ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); "
+                         "run it again to go on")
     chosen = candidates(rows)
     (path.parent / "candidates.json").write_text(json.dumps(chosen, indent=1) + "\n")
     problems = sorted({r["problems"] for r in rows if "problems" in r})

@@ -558,3 +558,26 @@ def test_step0_screening_claims_each_data_set_for_one_live_process(step0, tmp_pa
     assert rows["a"] == {"dataset": "a", "config": "default", "started": 1, "owner": busy}
     assert all("pass@1" in rows[name] for name in "bcd")
     assert not step0.alive(busy) and not step0.alive(None) and step0.alive(step0.process_id())
+
+
+def test_step0_candidates_wait_for_every_data_sets_row(step0, tmp_path, monkeypatch):
+    """--candidates is refused in one line while a data set has no finished row (one evaluating
+    counts as none); once all have one, the candidates are those in the band, past SCREENED the
+    closest to TARGET, ties broken by name."""
+    names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
+    monkeypatch.setattr(step0, "all_defaults", lambda: [(name, None, None) for name in names])
+    rates = dict(zip(names, [0.05, 0.5, 0.25, 0.3, 0.2, 0.04, 0.51, 0.1, 0.4]))
+    rows = [{"dataset": n, "config": "default", "pass@1": r, "max_new_tokens": 16, "problems": 500, "podsrl_commit": "abc",
+             **FAKE_ROW} for n, r in rates.items()]
+    out = tmp_path / "all_defaults.json"
+    out.write_text(json.dumps(rows[:-1] + [{"dataset": "i", "config": "default", "started": 1}]))
+    with pytest.raises(SystemExit, match=r"has not finished: 1 of 9 data sets have no row yet \(i\)"):
+        step0.write_candidates(out)
+    assert not (tmp_path / "candidates.json").exists()
+    out.write_text(json.dumps(rows))
+    step0.write_candidates(out)
+    chosen = json.loads((tmp_path / "candidates.json").read_text())
+    # in [0.05, 0.50]: all but f (0.04) and g (0.51); distances to 0.25: c 0, d and e 0.05, h and i
+    # 0.15, a 0.20, b 0.25: the 6 closest leave b out
+    assert chosen["qualify"] == ["a", "b", "c", "d", "e", "h", "i"]
+    assert chosen["screened"] == ["a", "c", "d", "e", "h", "i"]
