@@ -27,9 +27,9 @@ then takes the others' that no live process has started, from the last one back;
 claimed under the file's lock with the claiming process's id, so no two processes evaluate one.
 
 Generation runs in chunks of problems of similar prompt length (:func:`length_chunks`: a chunk pads
-only to its own longest prompt), and with ``--out`` each chunk's completions are kept in
-``OUT.partial/`` until the data set's row is written: a rerun after a stop or a death goes on from
-the last whole chunk, with the same chunks, so a data set longer than one sitting still finishes.
+only to its own longest prompt), and with ``--out`` each chunk's completions are kept, by prompt,
+in ``OUT.partial/`` until the data set's row is written: a rerun after a stop or a death goes on
+from the last whole chunk, so a data set longer than one sitting still finishes.
 (Rows made before b066e16 padded every call to the data set's longest prompt; greedy
 completions differ between the two ways only by rounding.)
 
@@ -160,28 +160,31 @@ def length_chunks(lengths: list[int], tokens: int, most_rows: int) -> list[list[
 
 def generate_in_chunks(engine, prompts, lengths, tokens, partial: Path | None, key: dict) -> tuple[list[str], float]:
     """One greedy completion per prompt, in :func:`length_chunks`, and the generation's seconds
-    (over every sitting). ``partial``: where each chunk's completions are kept; one written for the
-    same ``key`` (data set, settings, tokens, prompts) is gone on from."""
-    done, seconds = {}, 0.0
+    (over every sitting). ``partial``: where the completions are kept, by prompt, after each call;
+    those kept for the same ``key`` (data set, settings, tokens) are used again for the prompts they
+    answer (a data set whose generator is not repeatable, such as codeio's, may build other problems
+    in the next sitting), and a call generates the prompts of its chunk that have none."""
+    kept, seconds = {}, 0.0
     if partial is not None and partial.exists():
         saved = json.loads(partial.read_text())
-        if saved["key"] == key:
-            done, seconds = {int(i): t for i, t in saved["texts"].items()}, saved["seconds"]
+        if saved.get("key") == key and "by_prompt" in saved:
+            kept, seconds = saved["by_prompt"], saved["seconds"]
     default_rows = engine.batch_size
     try:
         for chunk in length_chunks(lengths, tokens, default_rows):
-            if all(i in done for i in chunk):
+            todo = [prompts[i] for i in chunk if prompts[i] not in kept]
+            if not todo:
                 continue
             start = time.perf_counter()
-            engine.batch_size = len(chunk)  # one generate call: padded to this chunk's longest prompt
-            done.update(zip(chunk, engine.generate([prompts[i] for i in chunk], 1, 0.0, tokens).texts))
+            engine.batch_size = len(todo)  # one generate call: padded to this chunk's longest prompt
+            kept.update(zip(todo, engine.generate(todo, 1, 0.0, tokens).texts))
             seconds += time.perf_counter() - start
             if partial is not None:
                 partial.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(partial, json.dumps({"key": key, "seconds": seconds, "texts": done}))
+                write_atomic(partial, json.dumps({"key": key, "seconds": seconds, "by_prompt": kept}))
     finally:
         engine.batch_size = default_rows
-    return [done[i] for i in range(len(prompts))], seconds
+    return [kept[p] for p in prompts], seconds
 
 
 def partial_path(out: str | None, name: str, config) -> Path | None:
@@ -207,8 +210,7 @@ def evaluate_setting(engine, tokenizer, name, settings, tokens, problems, system
     longest = max(lengths)
     if context is not None and longest + tokens > context:
         raise PodsError(f"its longest prompt is {longest} tokens: with {tokens} new ones past the model's context of {context}")
-    key = {"dataset": name, "config": settings or "default", "max_new_tokens": tokens,
-           "prompts": hashlib.sha256("\0".join(prompts).encode()).hexdigest()}
+    key = {"dataset": name, "config": settings or "default", "max_new_tokens": tokens}
     texts, generation_s = generate_in_chunks(engine, prompts, lengths, tokens, partial, key)
     start = time.perf_counter()
     rewards = accuracy_reward(texts, [p.answer for p in task.test], [p.entry for p in task.test],  # as evaluation does

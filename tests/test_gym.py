@@ -496,9 +496,10 @@ def test_step0_chunks_group_prompts_by_length_within_the_row_budget(step0, monke
 
 
 def test_step0_generation_goes_on_from_the_last_whole_chunk(step0, tmp_path, monkeypatch):
-    """generate_in_chunks: stopped during its second call, a rerun generates only the chunks not
-    kept, in the same chunks; the completions come back in the problems' order; a partial file of
-    other prompts is not used."""
+    """generate_in_chunks: stopped during its second call, a rerun generates only the prompts not
+    kept, in the same chunks, and gives the completions in the problems' order; a rerun on problems
+    partly other (a generator that is not repeatable) generates only the new prompts; another key's
+    completions are not used."""
     from types import SimpleNamespace
 
     monkeypatch.setattr(step0, "ROW_TOKENS", 40)
@@ -516,17 +517,21 @@ def test_step0_generation_goes_on_from_the_last_whole_chunk(step0, tmp_path, mon
                 raise step0.Stopped("SIGTERM")
             return SimpleNamespace(texts=[p.upper() for p in batch])
 
-    partial, key = tmp_path / "rows.json.partial" / "d-default.json", {"dataset": "d", "prompts": "h"}
+    partial, key = tmp_path / "rows.json.partial" / "d-default.json", {"dataset": "d", "max_new_tokens": 3}
     engine, stop_at = Engine(), 2
     with pytest.raises(step0.Stopped):
         step0.generate_in_chunks(engine, prompts, lengths, 3, partial, key)
-    assert engine.batch_size == 128 and json.loads(partial.read_text())["texts"] == {"1": "P1", "3": "P3", "4": "P4"}
+    assert engine.batch_size == 128 and json.loads(partial.read_text())["by_prompt"] == {"p1": "P1", "p3": "P3", "p4": "P4"}
     calls.clear()
     stop_at = None
     texts, seconds = step0.generate_in_chunks(engine, prompts, lengths, 3, partial, key)
     assert calls == [["p0"], ["p2"]] and texts == [p.upper() for p in prompts] and seconds >= 0
     calls.clear()
-    step0.generate_in_chunks(engine, prompts, lengths, 3, partial, {**key, "prompts": "other"})
+    other = ["p0", "q1", "p2", "p3", "p4"]  # the next sitting built q1 where p1 was
+    assert step0.generate_in_chunks(engine, other, lengths, 3, partial, key)[0] == [p.upper() for p in other]
+    assert calls == [["q1"]]
+    calls.clear()
+    step0.generate_in_chunks(engine, prompts, lengths, 3, partial, {**key, "max_new_tokens": 4})
     assert calls == [["p1", "p3", "p4"], ["p0"], ["p2"]]
 
 
