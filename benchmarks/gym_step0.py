@@ -306,34 +306,38 @@ class Rows:
         with self._locked():
             return self._load()
 
+    @contextlib.contextmanager
+    def _editing(self):
+        """The rows as a list to change in place; a file's are read and written back whole under
+        its lock (written only if changed)."""
+        if not self.path:
+            yield self.memory
+            return
+        with self._locked():
+            rows = self._load()
+            before = list(rows)
+            yield rows
+            if rows != before:
+                write_atomic(Path(self.path), json.dumps(rows, indent=1))
+
     def claim(self, name: str, config, owner: dict) -> int | None:
         """None if the data set has its row, or a live process other than ``owner`` is evaluating
         it; else its attempts so far (a started row whose process is gone counts as one), and, if
         fewer than ATTEMPTS, the data set is marked started by ``owner``."""
-        with self._locked() if self.path else contextlib.nullcontext():
-            rows = self._load() if self.path else self.memory
+        with self._editing() as rows:
             same = [r for r in rows if r["dataset"] == name and r["config"] == config]
             if any("started" not in r for r in same) or (same and same[0].get("owner") != owner and alive(same[0].get("owner"))):
                 return None
             attempts = same[0]["started"] if same else 0
             if attempts < ATTEMPTS:
-                changed = [r for r in rows if r not in same] + [{"dataset": name, "config": config,
-                                                                  "started": attempts + 1, "owner": owner}]
-                if self.path:
-                    write_atomic(Path(self.path), json.dumps(changed, indent=1))
-                else:
-                    self.memory = changed
+                rows[:] = [r for r in rows if r not in same] + [{"dataset": name, "config": config,
+                                                                 "started": attempts + 1, "owner": owner}]
             return attempts
 
     def put(self, name: str, config, row: dict | None) -> None:
         """Replace the data set's row by ``row`` (None: remove it)."""
-        def changed(rows):
-            return [r for r in rows if not (r["dataset"] == name and r["config"] == config)] + ([row] if row else [])
-        if not self.path:
-            self.memory = changed(self.memory)
-            return
-        with self._locked():
-            write_atomic(Path(self.path), json.dumps(changed(self._load()), indent=1))
+        with self._editing() as rows:
+            rows[:] = [r for r in rows if not (r["dataset"] == name and r["config"] == config)] + ([row] if row else [])
 
 
 def process_id(pid: int | None = None) -> dict | None:

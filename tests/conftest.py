@@ -115,13 +115,9 @@ def own_torch_extensions(tmp_path_factory):
     """Ops compiled at run time (DeepSpeed's CPU shared-memory allreduce) built in a folder of this
     session's: torch's build lock is a file, and one left in ~/.cache/torch_extensions by a run
     killed mid-build makes every later build wait on it for ever."""
-    previous = os.environ.get("TORCH_EXTENSIONS_DIR")
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(tmp_path_factory.mktemp("torch_extensions"))
-    yield
-    if previous is None:
-        os.environ.pop("TORCH_EXTENSIONS_DIR")
-    else:
-        os.environ["TORCH_EXTENSIONS_DIR"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path_factory.mktemp("torch_extensions")))
+        yield
 
 
 @pytest.fixture(scope="session")
