@@ -17,6 +17,11 @@ from podsrl.config import load_config
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
+
+def install_command(extra: str) -> str:
+    """What a missing extra's message tells the user to run: pip on this checkout, the extra named."""
+    return f"pip install -e '{REPO}[{extra}]'"
+
 # A suite started in the background (``make test &``) inherits Ctrl-C ignored; the tests of Ctrl-C
 # send it and expect Python's handler, here and in the processes they start (which get the
 # default disposition back at exec, and Python's handler with it).

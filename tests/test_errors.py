@@ -60,3 +60,31 @@ def test_a_block_without_signals_and_one_off_the_main_thread_run_as_they_are():
     thread.start()
     thread.join()
     assert seen == [signal.default_int_handler]
+
+
+# --------------------------------------------------------------------------- install commands
+
+def test_every_install_command_names_an_extra_pyproject_declares():
+    """Each message naming an extra (install_hint("...") in the source) names one that exists, so
+    the command it gives installs something."""
+    import re
+    import tomllib
+
+    from conftest import REPO
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    named = {m for f in (REPO / "src").rglob("*.py") for m in re.findall(r"install_hint\([\"'](\w+)[\"']\)", f.read_text())}
+    assert {"gym", "trl", "verl", "vllm", "qlora"} <= named
+    assert named <= set(extras), named - set(extras)
+
+
+def test_the_install_command_installs_this_checkout_not_a_package_of_that_name(monkeypatch, tmp_path):
+    """podsrl is not on PyPI: the command is pip on the checkout this podsrl runs from, where it
+    is one; installed elsewhere, it says where to run it."""
+    from conftest import REPO
+
+    import podsrl.errors as errors
+
+    assert errors.install_hint("gym") == f"pip install -e '{REPO}[gym]'"
+    monkeypatch.setattr(errors, "__file__", str(tmp_path / "lib" / "podsrl" / "errors.py"))
+    assert errors.install_hint("gym") == "pip install -e '.[gym]' in podsrl's repository"

@@ -13,7 +13,7 @@ from itertools import combinations
 import pytest
 import torch
 
-from conftest import REPO, subprocess_env
+from conftest import REPO, install_command, subprocess_env
 from podsrl.advantages import group_advantages
 from podsrl.cli import main
 from podsrl.downsample import select
@@ -24,7 +24,7 @@ from podsrl.rewards.scorer import Scorer
 from podsrl.tasks import load_task
 
 needs_gym = pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None,
-                               reason="reasoning-gym is not installed: pip install 'podsrl[gym]'")
+                               reason="reasoning-gym is not installed: pip install -e '.[gym]'")
 
 
 def wrong_by_one(gold: str) -> str:
@@ -291,10 +291,10 @@ def test_bad_gym_input_is_one_line(capsys, tmp_path, overrides, message):
 def test_without_the_extra_gym_is_one_line_naming_the_install(capsys, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import reasoning_gym raises ImportError
     code, _, err = cli(capsys, "train", "task.name=gym", "task.dataset=chain_sum", f"output_dir={tmp_path / 'out'}")
-    assert_one_error(code, err, "task.name=gym needs reasoning-gym, which is not installed: pip install 'podsrl[gym]'")
+    assert_one_error(code, err, f"task.name=gym needs reasoning-gym, which is not installed: {install_command('gym')}")
     assert not (tmp_path / "out").exists()
     code, out, _ = cli(capsys, "tasks")
-    assert code == 0 and "gym " in out and "pip install 'podsrl[gym]'" in out
+    assert code == 0 and "gym " in out and install_command("gym") in out
 
 
 @needs_gym

@@ -73,7 +73,7 @@ def test_precision_errors_are_one_line(tmp_path, tiny_model_dir, args, message):
 
 
 needs_bitsandbytes = pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None,
-                                        reason="needs bitsandbytes (pip install 'podsrl[qlora]')")
+                                        reason="needs bitsandbytes (pip install -e '.[qlora]')")
 
 
 @needs_bitsandbytes

@@ -49,3 +49,12 @@ def test_missing_file_is_a_clear_error(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"q": 1}\n')
     with pytest.raises(PodsError, match="fields"):
         load_task("gsm8k", path=str(tmp_path / "bad.jsonl"))
+
+
+def test_a_hub_data_set_without_datasets_installed_is_one_line_naming_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if it were not installed
+    with pytest.raises(PodsError, match=r"^cannot load data set 'openai/gsm8k': it is not a local file or folder, "
+                                        r"and hub data sets need datasets: pip install datasets$"):
+        load_task("gsm8k", path="openai/gsm8k")

@@ -30,7 +30,7 @@ from trl.trainer.utils import nanstd  # noqa: E402
 
 from podsrl.integrations import trl as pods_trl  # noqa: E402
 from podsrl.integrations.trl import PODSConfig, PODSTrainer, check_pods_config, subset_advantages  # noqa: E402
-from conftest import REPO, free_port, subprocess_env  # noqa: E402
+from conftest import REPO, free_port, install_command, subprocess_env  # noqa: E402
 from rewards_for_tests import varied  # noqa: E402
 
 PROMPTS = [f"{a} + {b} =" for a in range(4) for b in range(4)]
@@ -538,7 +538,7 @@ def test_import_without_trl_names_the_install_command():
     code = ("import sys\nsys.modules['trl'] = None  # as if TRL were not installed\n"
             "try:\n    import podsrl.integrations.trl\nexcept ImportError as e:\n    print(type(e).__name__, e)\n")
     run = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True, timeout=300)
-    assert run.stdout.strip() == "ImportError podsrl.integrations.trl needs TRL (trl>=1.16,<1.17): pip install 'podsrl[trl]'"
+    assert run.stdout.strip() == f"ImportError podsrl.integrations.trl needs TRL (trl>=1.16,<1.17): {install_command('trl')}"
 
 
 @pytest.fixture

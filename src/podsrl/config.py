@@ -42,7 +42,7 @@ class ModelConfig:
     too): a second forward per update for a fraction of the activation memory."""
     load_in_4bit: bool = False
     """NF4 base weights through bitsandbytes under LoRA (QLoRA; ``podsrl eval`` also without LoRA);
-    ``pip install 'podsrl[qlora]'``. On a CUDA GPU, or on the CPU with bitsandbytes' CPU kernels
+    ``pip install -e '.[qlora]'``. On a CUDA GPU, or on the CPU with bitsandbytes' CPU kernels
     (computing in float32 there; every quantised layer's input width a multiple of their 4-bit
     block of 64 weights)."""
 
@@ -53,7 +53,7 @@ class TaskConfig:
 
     name: Literal["arithmetic", "gsm8k", "math500", "gym"] = "arithmetic"
     """``arithmetic`` (generated from the seed, nothing to download), ``gsm8k``, ``math500``, or
-    ``gym``: one of reasoning-gym's generators (``pip install 'podsrl[gym]'``; ``podsrl tasks``
+    ``gym``: one of reasoning-gym's generators (``pip install -e '.[gym]'``; ``podsrl tasks``
     lists them), endless and offline, its own verifier as the accuracy reward."""
     path: str | None = None
     """gsm8k/math500: a jsonl file, a folder with ``train.jsonl``/``test.jsonl``, or a hub name."""
@@ -88,7 +88,7 @@ class RolloutConfig:
 
     engine: Literal["hf", "vllm"] = "hf"
     """``hf``: the training model itself generates; ``vllm``: a vLLM engine in each training process
-    (``pip install 'podsrl[vllm]'``), given the policy's weights after every update."""
+    (``pip install -e '.[vllm]'``), given the policy's weights after every update."""
     temperature: float = 0.9
     """Sampling temperature of the rollouts (> 0; evaluation uses ``eval_temperature``)."""
     top_p: float = 1.0

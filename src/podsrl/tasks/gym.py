@@ -1,4 +1,4 @@
-"""reasoning-gym's procedural tasks as a podsrl task: ``task.name=gym`` (``pip install 'podsrl[gym]'``).
+"""reasoning-gym's procedural tasks as a podsrl task: ``task.name=gym`` (``pip install -e '.[gym]'``).
 
 reasoning-gym holds 100+ generators of verifiable problems (arithmetic, counting, strings, logic,
 games), each with a difficulty config and its own verifier ``score_answer(answer, entry)``, some of
@@ -33,14 +33,14 @@ import re
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
-from podsrl.errors import PodsError, first_line
+from podsrl.errors import PodsError, first_line, install_hint
 from podsrl.rewards.answers import ANSWER_MARKER, as_number, marked_answer
 from podsrl.rewards.pool import Unscored
 from podsrl.tasks import Problem, Task
 
 log = logging.getLogger(__name__)
 
-INSTALL = "pip install 'podsrl[gym]'"
+INSTALL = install_hint("gym")
 CHUNK = 10_000
 """Training problems drawn from one generator instance before the next is seeded."""
 HELD_OUT_SPAN = 2**24
