@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +149,21 @@ def test_bitsandbytes_import_note_about_a_hub_kernel_is_filtered():
             "logging.getLogger('bitsandbytes.backends.cpu.ops').warning('another warning')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and "kernels-community" not in result.stderr and "another warning" in result.stderr
+
+
+def test_the_podsrl_script_imports_a_reward_module_beside_the_user(tmp_path):
+    """`podsrl train rewards=[my_rewards:short]` next to my_rewards.py, as docs/rewards.md shows
+    it, with nothing on PYTHONPATH: the console script imports it as `python -m podsrl` does."""
+    script = Path(sys.executable).parent / "podsrl"
+    if not script.is_file():
+        pytest.skip("podsrl's console script is not installed beside this Python")
+    env = {k: v for k, v in subprocess_env().items() if k != "PYTHONPATH"}
+    args = [str(script), "config", "rewards=[accuracy,my_rewards:short]", "reward_weights=[1.0,0.1]"]
+    run = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and run.stderr.strip() == (
+        "podsrl: error: cannot import reward function 'my_rewards:short': No module named 'my_rewards'")
+    (tmp_path / "my_rewards.py").write_text("def short(completions, **columns):\n"
+                                            "    return [1.0 if len(c) < 200 else 0.0 for c in completions]\n")
+    run = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "my_rewards:short" in run.stdout

@@ -329,10 +329,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _working_folder_importable()
     if not argv:  # `podsrl` alone: what it can do
         build_parser().print_help()
         return 0
     return _run(argv)
+
+
+def _working_folder_importable() -> None:
+    """A module beside the user (a reward given as ``module:function``) imports as it does under
+    ``python -m podsrl``: the ``podsrl`` script puts its own folder on ``sys.path``, not the working
+    folder. Appended, so that it shadows no installed module."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working folder was removed: nothing beside the user to import
+        return
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
 
 
 def _say(line: str, code: int) -> int:
