@@ -178,6 +178,10 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
         ("\u221211", "-11", True),
         ("\uff0d11", "11", False),  # a fullwidth hyphen-minus is not read as anything
         ("The answer is \u22127.", "-7", True),
+        ("So the total is \\\u200b$18.90", "\\$18.90", False),  # behind a currency sign: beside it still
+        ("So the total is \\$18.90", "\\$18.90", True),
+        ("It costs \u20ac\u200b42", "42", False),
+        ("It costs \u20ac42", "42", True),
     ],
     # A percentage is read once: its number over 100; a bare number in the question's units.
     "percentages_read_once": [

@@ -223,6 +223,19 @@ def test_lookalike_characters_never_make_a_wrong_answer_right(value, data):
         assert accuracy_reward([completion], [gold]) == [0.0], (completion, gold)
 
 
+
+@FAST
+@given(st.integers(min_value=0, max_value=99_999), st.sampled_from(["$", "\\$", "\u20ac", "\u00a3"]),
+       st.sampled_from(INSERTED[:3]), st.booleans())
+def test_a_format_character_behind_a_currency_sign_is_beside_the_number(value, sign, mark, outside):
+    """An unmarked number with a zero-width character on the far side of its currency sign is
+    refused as one touching it is; the same completion without the character is paid."""
+    clean = f"So the total is {sign}{value}"
+    marked = f"So the total is {mark}{sign}{value}" if outside else f"So the total is {sign}{mark}{value}"
+    assert accuracy_reward([clean], [str(value)]) == [1.0], clean
+    assert accuracy_reward([marked], [str(value)]) == [0.0], marked
+
+
 TAILS = [" Or maybe {y}.", " It is not {y}.", "\n```\nprint({y})\n```", r" (Not \boxed{{{y}}}.)", " Some would say {y}.",
          " {y}", " {y} or more", r" Or \boxed{{{y}}}", " Others get {y}, but not me.", "\nAnswer: {y} or so"]
 

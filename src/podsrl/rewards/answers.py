@@ -295,6 +295,7 @@ _CLAUSE_END = re.compile(r"[.!?;:\n](?:\s|$)|\n")
 _RESULT_CUE = re.compile(r"(?:=|\b(?:is|are|was|equals?|gives?|get|gets|makes?|be|total|so|therefore|thus|hence)\b)\W*$",
                          re.IGNORECASE)
 _NEAR_WORDS = 2  # words (or numbers) on each side of an unmarked number read for a hedge
+_ATTACHED = r"[\\$€£¥%]"  # written against a number: what lies past them is beside the number too
 
 
 def _near(before: str, after: str) -> str:
@@ -308,7 +309,8 @@ def stated_number(text: str, question: str | None = None) -> Reading:
     """The last number of an unmarked completion, where it states a result: not the operand of an
     arithmetic operator (``0 + 5``), not followed by an operator or ``=`` (``0 + 5 =``), not an
     item of a comma-separated list (``(3, 5)``), not hedged by the words around it (``12 or 11``,
-    ``11 or more``, ``about 11``, ``< 11``), not touching a look-alike character (``4²``), not
+    ``11 or more``, ``about 11``, ``< 11``), not touching a look-alike character (``4²``), nor
+    with one behind its currency or percent sign (a zero-width space before ``$18.90``), not
     copied from the ``question`` (the number with the characters before it, as the question has
     them: "... of the remaining 284?"), and not an echo of one of the question's numbers (a number
     the question holds, written without a result before it: ``=``, ``is``, ``gives``, ...)."""
@@ -322,7 +324,10 @@ def stated_number(text: str, question: str | None = None) -> Reading:
         return Reading(None, "a computation, not its result")
     if re.search(r"[0-9]\s*,\s*$", before) or re.match(r"\s*,\s*-?[0-9]", after):
         return Reading(None, "an item of a list")
-    if lookalike(before[-1:] + last.group() + after[:1]):
+    attached_before = re.search(_ATTACHED + "*$", before).group()  # a currency sign, TeX's \\$, a percent sign
+    attached_after = re.match(_ATTACHED + "*", after).group()
+    beside = before[max(len(before) - len(attached_before) - 1, 0) :]
+    if lookalike(beside + last.group() + after[: len(attached_after) + 1]):
         return Reading(None, "a look-alike character beside it")
     near = _near(before, after)
     if {w.lower() for w in _WORDS.findall(near)} & HEDGES or _RELATION.search(near) or _HEDGE_MARK.search(near):
