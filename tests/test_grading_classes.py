@@ -189,6 +189,9 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
         ("The answer is 45%.", "45", False),
         (r"\boxed{45\%}", "45", False),
         (r"\boxed{0.45}", r"45\%", True),
+        ("So the total is 45%", "45", False),  # unmarked, read as marked answers are
+        ("So the total is 45%", "0.45", True),
+        ("So the total is 45 \\%", r"45\%", True),
     ],
     # On the default task, an unmarked number with a hedge or relation beside it is no answer.
     "unmarked_hedges": [

@@ -336,6 +336,8 @@ def stated_number(text: str, question: str | None = None) -> Reading:
         return Reading(None, "copied from the question")
     if question and before.strip() and echoed(before, number, question):
         return Reading(None, "a number of the question")
+    if re.match(r"\s*\\?%", after):  # a percentage, read once as marked answers are (in_units)
+        number += "%"
     return Reading(number)
 
 
