@@ -395,7 +395,7 @@ def test_import_without_verl_names_the_install_command():
 @pytest.mark.parametrize("version", ["0.9.0", "0.10.0", "1.0", "unknown"])
 def test_another_verl_version_is_refused(version):
     with pytest.raises(ImportError, match=rf"supports verl>=0\.9\.1,<0\.10 .*found verl {version}\. "
-                                          r"Install a supported one: pip install 'podsrl\[verl\]'"):
+                                          "Install a supported one: " + re.escape(f"pip install -e '{REPO}[verl]'")):
         check_verl_version(version)
     check_verl_version("0.9.1")
     check_verl_version("0.9.2")
