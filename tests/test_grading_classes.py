@@ -183,6 +183,29 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
         ("It costs \u20ac\u200b42", "42", False),
         ("It costs \u20ac42", "42", True),
     ],
+    # A number written in a base is that base's number: another base's digits are another number
+    # (math-verify drops the subscript and pays them).
+    "bases": [
+        (r"$\boxed{52_9}$", "52_8", False),
+        (r"$\boxed{2516_{10}}$", "2516_8", False),
+        (r"$\boxed{52_9}, \boxed{52_8}$", "52_8", False),  # a hedge over two bases
+        (r"$\boxed{52_8}$", "52", False),  # the gold is in base 10
+        (r"$\boxed{52_8}$", "52_8", True),
+        (r"$\boxed{4210_{5}}$", "4210_5", True),
+        (r"$\boxed{52}$", "52_8", True),  # the digits the question asked for
+        (r"$\boxed{52_{10}}$", "52", True),
+        (r"$\boxed{x_1 = 3}$", "3", True),  # a variable's subscript is no base
+    ],
+    # Several boxes of one sentence are a list: for a gold of one value, a hedge (math-verify reads
+    # the first where units follow the numbers).
+    "a_list_for_one_value": [
+        (r"$\boxed{5.4 \text{ cents}}, \boxed{5.5 \text{ cents}}$", r"5.4 \text{ cents}", False),
+        (r"$\boxed{\frac{270}7\text{ degrees}}, \boxed{\frac{270}8\text{ degrees}}$", r"\frac{270}7\text{ degrees}", False),
+        (r"$\boxed{3}, \boxed{5}$", "3", False),
+        (r"$\boxed{3}, \boxed{5}$", "3, 5", True),
+        (r"$\boxed{5.4 \text{ cents}}$", r"5.4 \text{ cents}", True),
+        (r"\boxed{1,234}", "1234", True),  # a thousands separator, not a list
+    ],
     # A percentage is read once: its number over 100; a bare number in the question's units.
     "percentages_read_once": [
         ("The answer is 45%.", "0.45", True),

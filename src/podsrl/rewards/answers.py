@@ -476,6 +476,7 @@ def is_list(gold: str) -> bool:
     at the top level or inside one pair of brackets, other than a thousands separator (``1,234``,
     ``10,\\!080``)."""
     text = re.sub(r"(?<=\d),(?:\\!)?(?=\d{3}(?!\d))", "", gold.strip().strip("$"))
+    text = re.sub(r"\\(?:left|right)(?![A-Za-z])\s*", "", text).strip()  # \left( 3, 5 \right): brackets
     inner = text[1:-1] if len(text) > 1 and text[0] in "([{" and text[-1] in ")]}" else text
     return bool(_top_level(inner, ","))
 
@@ -521,10 +522,33 @@ def hedged(answer: str, gold: str) -> bool:
     return bool(words or marks or relation)
 
 
+_BASE = re.compile(r"(?<![A-Za-z0-9_\\])[0-9][0-9A-Za-z]*\}?_\{?\s*([0-9]+)\s*\}?")
+"""A number written in a base, its digits from a digit on: ``52_8``, ``2516_{10}``, ``1011}_2``; the group is the base."""
+
+
+def bases(text: str) -> set[int]:
+    """The bases ``text`` writes its numbers in as subscripts (:data:`_BASE`); empty: none."""
+    return {int(b) for b in _BASE.findall(text)}
+
+
+def another_base(answer: str, gold: str) -> bool:
+    """Whether ``answer`` writes a number in a base the gold does not (base 10 where the gold gives
+    none): ``52_9`` for ``52_8``, ``2516_{10}`` for ``2516_8``. math-verify drops the subscript and
+    reads both as 52; the digits of two bases are two numbers."""
+    written = bases(answer)
+    return bool(written) and written != (bases(gold) or {10})
+
+
+_SPACED_SEPARATOR = re.compile(r"(?<=\d),\s*(?=(?:\\!)?\s*\d{3}(?!\d))")
+"""A thousands separator written with a space after it (``58, 500``, ``10, \\!080``): math-verify
+reads one number there, and so does the list test below."""
+
+
 def refused(answer: str, gold: str) -> str | None:
     """Why ``answer`` is wrong whatever math-verify would say, or None: it is implausible
-    (:func:`implausible`), restates a computation (:func:`restated`) where the gold does not, or
-    hedges (:func:`hedged`). These are podsrl's deliberate differences from math-verify: each only
+    (:func:`implausible`), restates a computation (:func:`restated`) where the gold does not,
+    hedges (:func:`hedged`), writes a number in another base (:func:`another_base`), or gives a
+    list (``\\boxed{5.4}, \\boxed{5.5}``) where the gold is one value (:func:`is_list`). These are podsrl's deliberate differences from math-verify: each only
     ever withholds a reward."""
     if why := implausible(answer, gold):
         return why
@@ -532,6 +556,10 @@ def refused(answer: str, gold: str) -> str | None:
         return "restated computation"
     if hedged(answer, gold):
         return "hedge"
+    if another_base(answer, gold):
+        return "another base"
+    if is_list(_SPACED_SEPARATOR.sub(",", answer)) and not is_list(gold):
+        return "a list for one value"
     return None
 
 
