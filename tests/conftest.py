@@ -22,6 +22,7 @@ def install_command(extra: str) -> str:
     """What a missing extra's message tells the user to run: pip on this checkout, the extra named."""
     return f"pip install -e '{REPO}[{extra}]'"
 
+
 # A suite started in the background (``make test &``) inherits Ctrl-C ignored; the tests of Ctrl-C
 # send it and expect Python's handler, here and in the processes they start (which get the
 # default disposition back at exec, and Python's handler with it).

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from conftest import REPO, install_command
 from podsrl.errors import Terminated, interrupts_deferred
 
 
@@ -70,8 +71,6 @@ def test_every_install_command_names_an_extra_pyproject_declares():
     import re
     import tomllib
 
-    from conftest import REPO
-
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     named = {m for f in (REPO / "src").rglob("*.py") for m in re.findall(r"install_hint\([\"'](\w+)[\"']\)", f.read_text())}
     assert {"gym", "trl", "verl", "vllm", "qlora"} <= named
@@ -81,10 +80,8 @@ def test_every_install_command_names_an_extra_pyproject_declares():
 def test_the_install_command_installs_this_checkout_not_a_package_of_that_name(monkeypatch, tmp_path):
     """podsrl is not on PyPI: the command is pip on the checkout this podsrl runs from, where it
     is one; installed elsewhere, it says where to run it."""
-    from conftest import REPO
-
     import podsrl.errors as errors
 
-    assert errors.install_hint("gym") == f"pip install -e '{REPO}[gym]'"
+    assert errors.install_hint("gym") == install_command("gym")
     monkeypatch.setattr(errors, "__file__", str(tmp_path / "lib" / "podsrl" / "errors.py"))
     assert errors.install_hint("gym") == "pip install -e '.[gym]' in podsrl's repository"

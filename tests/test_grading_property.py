@@ -223,7 +223,6 @@ def test_lookalike_characters_never_make_a_wrong_answer_right(value, data):
         assert accuracy_reward([completion], [gold]) == [0.0], (completion, gold)
 
 
-
 @FAST
 @given(st.integers(min_value=0, max_value=99_999), st.sampled_from(["$", "\\$", "\u20ac", "\u00a3"]),
        st.sampled_from(INSERTED[:3]), st.booleans())

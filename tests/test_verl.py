@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -25,10 +24,10 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict  # noqa: E402
 
+from conftest import REPO, install_command  # noqa: E402
 from podsrl.downsample import RULES, select  # noqa: E402
 from podsrl.integrations.verl import PODSReplayBuffer, PODSReplayBufferAsync, check_verl_version  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
 VERL_CONFIG = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 MODES = ["sync", "colocate_async"]
 N, M = 8, 4
@@ -389,13 +388,13 @@ def test_import_without_verl_names_the_install_command():
             "try:\n    import podsrl.integrations.verl\nexcept ImportError as e:\n    print(type(e).__name__, e)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.stdout.strip() == (
-        f"ImportError podsrl.integrations.verl needs verl (verl>=0.9.1,<0.10): pip install -e '{REPO}[verl]'")
+        f"ImportError podsrl.integrations.verl needs verl (verl>=0.9.1,<0.10): {install_command('verl')}")
 
 
 @pytest.mark.parametrize("version", ["0.9.0", "0.10.0", "1.0", "unknown"])
 def test_another_verl_version_is_refused(version):
     with pytest.raises(ImportError, match=rf"supports verl>=0\.9\.1,<0\.10 .*found verl {version}\. "
-                                          "Install a supported one: " + re.escape(f"pip install -e '{REPO}[verl]'")):
+                                          "Install a supported one: " + re.escape(install_command("verl"))):
         check_verl_version(version)
     check_verl_version("0.9.1")
     check_verl_version("0.9.2")

@@ -324,10 +324,10 @@ def stated_number(text: str, question: str | None = None) -> Reading:
         return Reading(None, "a computation, not its result")
     if re.search(r"[0-9]\s*,\s*$", before) or re.match(r"\s*,\s*-?[0-9]", after):
         return Reading(None, "an item of a list")
-    attached_before = re.search(_ATTACHED + "*$", before).group()  # a currency sign, TeX's \\$, a percent sign
-    attached_after = re.match(_ATTACHED + "*", after).group()
-    beside = before[max(len(before) - len(attached_before) - 1, 0) :]
-    if lookalike(beside + last.group() + after[: len(attached_after) + 1]):
+    # the characters on each side, past a currency sign, TeX's \$ or a percent sign written against it
+    beside_before = re.search(rf".?{_ATTACHED}*$", before, re.DOTALL).group()
+    beside_after = re.match(rf"{_ATTACHED}*.?", after, re.DOTALL).group()
+    if lookalike(beside_before + last.group() + beside_after):
         return Reading(None, "a look-alike character beside it")
     near = _near(before, after)
     if {w.lower() for w in _WORDS.findall(near)} & HEDGES or _RELATION.search(near) or _HEDGE_MARK.search(near):
@@ -471,11 +471,13 @@ def _top_level(text: str, char: str) -> list[int]:
     return found
 
 
-def is_list(gold: str) -> bool:
+def is_list(gold: str, spaced_separators: bool = False) -> bool:
     """Whether ``gold`` is a list or tuple of answers (``3, 5, 7``, ``(1, 2)``, ``1,-2``): a comma
     at the top level or inside one pair of brackets, other than a thousands separator (``1,234``,
-    ``10,\\!080``)."""
-    text = re.sub(r"(?<=\d),(?:\\!)?(?=\d{3}(?!\d))", "", gold.strip().strip("$"))
+    ``10,\\!080``; with ``spaced_separators`` also one with a space after it, ``58, 500``, which
+    math-verify reads as one number)."""
+    space = r"\s*" if spaced_separators else ""
+    text = re.sub(rf"(?<=\d),{space}(?:\\!)?{space}(?=\d{{3}}(?!\d))", "", gold.strip().strip("$"))
     text = re.sub(r"\\(?:left|right)(?![A-Za-z])\s*", "", text).strip()  # \left( 3, 5 \right): brackets
     inner = text[1:-1] if len(text) > 1 and text[0] in "([{" and text[-1] in ")]}" else text
     return bool(_top_level(inner, ","))
@@ -539,17 +541,12 @@ def another_base(answer: str, gold: str) -> bool:
     return bool(written) and written != (bases(gold) or {10})
 
 
-_SPACED_SEPARATOR = re.compile(r"(?<=\d),\s*(?=(?:\\!)?\s*\d{3}(?!\d))")
-"""A thousands separator written with a space after it (``58, 500``, ``10, \\!080``): math-verify
-reads one number there, and so does the list test below."""
-
-
 def refused(answer: str, gold: str) -> str | None:
     """Why ``answer`` is wrong whatever math-verify would say, or None: it is implausible
     (:func:`implausible`), restates a computation (:func:`restated`) where the gold does not,
     hedges (:func:`hedged`), writes a number in another base (:func:`another_base`), or gives a
-    list (``\\boxed{5.4}, \\boxed{5.5}``) where the gold is one value (:func:`is_list`). These are podsrl's deliberate differences from math-verify: each only
-    ever withholds a reward."""
+    list (``\\boxed{5.4}, \\boxed{5.5}``) where the gold is one value (:func:`is_list`). These
+    are podsrl's deliberate differences from math-verify: each only ever withholds a reward."""
     if why := implausible(answer, gold):
         return why
     if restated(answer) and not restated(gold):
@@ -558,7 +555,7 @@ def refused(answer: str, gold: str) -> str | None:
         return "hedge"
     if another_base(answer, gold):
         return "another base"
-    if is_list(_SPACED_SEPARATOR.sub(",", answer)) and not is_list(gold):
+    if is_list(answer, spaced_separators=True) and not is_list(gold):
         return "a list for one value"
     return None
 
