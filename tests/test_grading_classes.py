@@ -205,6 +205,10 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
         (r"$\boxed{3}, \boxed{5}$", "3, 5", True),
         (r"$\boxed{5.4 \text{ cents}}$", r"5.4 \text{ cents}", True),
         (r"\boxed{1,234}", "1234", True),  # a thousands separator, not a list
+        (r"\boxed{11,\! 111,\! 100}", "11111100", True),  # one written with spaces, as MATH-500 does
+        # An exponent's or subscript's digit before the comma starts no number: a list.
+        (r"$\boxed{864 \mbox{ inches}^3}, \boxed{864 \mbox{ inches}^2}$", r"864 \mbox{ inches}^3", False),
+        (r"$\boxed{x_1, 234}$", "x_1", False),
     ],
     # A percentage is read once: its number over 100; a bare number in the question's units.
     "percentages_read_once": [

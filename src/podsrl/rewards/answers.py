@@ -474,10 +474,11 @@ def _top_level(text: str, char: str) -> list[int]:
 def is_list(gold: str, spaced_separators: bool = False) -> bool:
     """Whether ``gold`` is a list or tuple of answers (``3, 5, 7``, ``(1, 2)``, ``1,-2``): a comma
     at the top level or inside one pair of brackets, other than a thousands separator (``1,234``,
-    ``10,\\!080``; with ``spaced_separators`` also one with a space after it, ``58, 500``, which
-    math-verify reads as one number)."""
+    ``10,\\!080``; with ``spaced_separators`` also one with a space after it, ``11,\\! 111``, as
+    MATH-500 writes some, which math-verify reads as one number)."""
     space = r"\s*" if spaced_separators else ""
-    text = re.sub(rf"(?<=\d),{space}(?:\\!)?{space}(?=\d{{3}}(?!\d))", "", gold.strip().strip("$"))
+    # The digit before the comma ends a number, not an exponent or subscript (inches^3, 864).
+    text = re.sub(rf"(?<=\d)(?<![\^_]\d),{space}(?:\\!)?{space}(?=\d{{3}}(?!\d))", "", gold.strip().strip("$"))
     text = re.sub(r"\\(?:left|right)(?![A-Za-z])\s*", "", text).strip()  # \left( 3, 5 \right): brackets
     inner = text[1:-1] if len(text) > 1 and text[0] in "([{" and text[-1] in ")]}" else text
     return bool(_top_level(inner, ","))
