@@ -67,14 +67,21 @@ SETTINGS = ["mode=grpo", "n=8", "m=8", "prompts_per_step=4", f"steps={STEPS}", f
             "task.test_size=500", "threads=1", "progress=false"]
 
 
+COST: dict[str, float] = {}
+"""A candidate's step-0 generation seconds (its 500 greedy completions, which each of its runs'
+13 evaluations repeats), where the screening measured it: a stage starts its costliest runs first,
+so that its last runs are short and the jobs end close together. The gym round's only."""
+
+
 def gym_candidates() -> dict[str, list[str]]:
     """The gym round's candidates from the step-0 screening: name -> the screening config with the
-    data set and its completion length."""
+    data set and its completion length (and :data:`COST` from the screening's rows)."""
     if not STEP0.is_file():
         raise PodsError(f"{STEP0} does not exist: the step-0 screening (benchmarks/gym_step0.py --all, then --candidates) "
                         "has not finished")
     screening = json.loads(STEP0.read_text())
     tokens = {r["dataset"]: r["max_new_tokens"] for r in screening["rows"] if "max_new_tokens" in r}
+    COST.update({r["dataset"]: r["generation_s"] for r in screening["rows"] if "generation_s" in r})
     return {name: ["configs/screening_gym.yaml", f"task.dataset={name}", f"rollout.max_new_tokens={tokens[name]}"]
             for name in screening["screened"]}
 
@@ -205,6 +212,7 @@ def run(args) -> int:
                 print(f"{cand}: the lr stage has not finished", flush=True)
                 continue
             jobs += [(cand, lr, seed) for seed in SEEDS if seed != 0]
+    jobs.sort(key=lambda job: -COST.get(job[0], 0.0))  # stable: in the order above where costs tie
     failed = 0
     with ThreadPoolExecutor(args.jobs) as pool:
         for ok, line in pool.map(lambda job: train(*job), jobs):

@@ -402,6 +402,32 @@ def test_task_selection_gym_round_trains_the_screenings_candidates_and_chooses_t
     assert capsys.readouterr().out.strip().endswith("chosen: b (only 1 of the 2 wanted meet all three)")
 
 
+def test_task_selection_gym_round_starts_the_runs_with_the_longest_step0_generation_first(selection, tmp_path,
+                                                                                        monkeypatch, capsys):
+    step0 = tmp_path / "candidates.json"
+    rows = [{"dataset": name, "max_new_tokens": 16, "pass@1": 0.2, "generation_s": seconds}
+            for name, seconds in [("a", 30.0), ("b", 900.0), ("c", 250.0)]]
+    step0.write_text(json.dumps({"screened": ["a", "b", "c"], "rows": rows}))
+    monkeypatch.setattr(selection, "STEP0", step0)
+    monkeypatch.setattr(selection, "LRS", ["1e-5", "3e-5"])
+    started = []
+
+    def trainer(cmd, **kwargs):
+        arg = lambda key: next(a for a in cmd if a.startswith(key + "=")).split("=", 1)[1]
+        started.append((arg("task.dataset"), arg("lr"), arg("seed")))
+        out = selection.Path(arg("output_dir"))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").write_text(finished_metrics(selection.STEPS))
+        (out / "config.yaml").write_text("seed: 0\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(selection.subprocess, "run", trainer)
+    assert selection.main(["run", "--round", "gym", "--stage", "both", "--jobs", "1"]) == 0
+    # both rates of b (900 s), then of c (250 s), then of a; the seeds stage in the same order
+    assert [d for d, _, _ in started] == ["b", "b", "c", "c", "a", "a"] * 2
+    assert started[:2] == [("b", "1e-5", "0"), ("b", "3e-5", "0")] and {s for _, _, s in started[6:]} == {"1", "2"}
+
+
 def test_task_selection_gym_round_before_the_screening_is_one_line(selection, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(selection, "STEP0", tmp_path / "candidates.json")
     assert selection.main(["report", "--round", "gym"]) == 2
