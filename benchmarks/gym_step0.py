@@ -160,31 +160,38 @@ def length_chunks(lengths: list[int], tokens: int, most_rows: int) -> list[list[
 
 def generate_in_chunks(engine, prompts, lengths, tokens, partial: Path | None, key: dict) -> tuple[list[str], float]:
     """One greedy completion per prompt, in :func:`length_chunks`, and the generation's seconds
-    (over every sitting). ``partial``: where the completions are kept, by prompt, after each call;
-    those kept for the same ``key`` (data set, settings, tokens) are used again for the prompts they
-    answer (a data set whose generator is not repeatable, such as codeio's, may build other problems
-    in the next sitting), and a call generates the prompts of its chunk that have none."""
+    (over every sitting). ``partial``: where the completions are kept, by their prompt's SHA-256
+    (small enough to commit between sittings on different machines), after each call; those kept
+    for the same ``key`` (data set, settings, tokens) are used again for the prompts they answer (a
+    data set whose generator is not repeatable, such as codeio's, may build other problems in the
+    next sitting), and a call generates the prompts of its chunk that have none. A file of the
+    earlier form, keyed by the prompts themselves (``by_prompt``), is read too."""
     kept, seconds = {}, 0.0
     if partial is not None and partial.exists():
         saved = json.loads(partial.read_text())
-        if saved.get("key") == key and "by_prompt" in saved:
-            kept, seconds = saved["by_prompt"], saved["seconds"]
+        if saved.get("key") == key:
+            kept = saved.get("by_prompt_sha256") or {digest(p): text for p, text in saved.get("by_prompt", {}).items()}
+            seconds = saved["seconds"] if kept else 0.0
     default_rows = engine.batch_size
     try:
         for chunk in length_chunks(lengths, tokens, default_rows):
-            todo = [prompts[i] for i in chunk if prompts[i] not in kept]
+            todo = [prompts[i] for i in chunk if digest(prompts[i]) not in kept]
             if not todo:
                 continue
             start = time.perf_counter()
             engine.batch_size = len(todo)  # one generate call: padded to this chunk's longest prompt
-            kept.update(zip(todo, engine.generate(todo, 1, 0.0, tokens).texts))
+            kept.update(zip(map(digest, todo), engine.generate(todo, 1, 0.0, tokens).texts))
             seconds += time.perf_counter() - start
             if partial is not None:
                 partial.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(partial, json.dumps({"key": key, "seconds": seconds, "by_prompt": kept}))
+                write_atomic(partial, json.dumps({"key": key, "seconds": seconds, "by_prompt_sha256": kept}))
     finally:
         engine.batch_size = default_rows
-    return [kept[p] for p in prompts], seconds
+    return [kept[digest(p)] for p in prompts], seconds
+
+
+def digest(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode()).hexdigest()
 
 
 def partial_path(out: str | None, name: str, config) -> Path | None:

@@ -2,6 +2,7 @@
 the data sets' own verifiers as the reward (partial credit kept), the general selection rule on
 partial credit, and each bad input as one line."""
 
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -521,7 +522,8 @@ def test_step0_generation_goes_on_from_the_last_whole_chunk(step0, tmp_path, mon
     engine, stop_at = Engine(), 2
     with pytest.raises(step0.Stopped):
         step0.generate_in_chunks(engine, prompts, lengths, 3, partial, key)
-    assert engine.batch_size == 128 and json.loads(partial.read_text())["by_prompt"] == {"p1": "P1", "p3": "P3", "p4": "P4"}
+    kept = json.loads(partial.read_text())["by_prompt_sha256"]
+    assert engine.batch_size == 128 and kept == {hashlib.sha256(p.encode()).hexdigest(): p.upper() for p in ("p1", "p3", "p4")}
     calls.clear()
     stop_at = None
     texts, seconds = step0.generate_in_chunks(engine, prompts, lengths, 3, partial, key)
@@ -533,6 +535,10 @@ def test_step0_generation_goes_on_from_the_last_whole_chunk(step0, tmp_path, mon
     calls.clear()
     step0.generate_in_chunks(engine, prompts, lengths, 3, partial, {**key, "max_new_tokens": 4})
     assert calls == [["p1", "p3", "p4"], ["p0"], ["p2"]]
+    calls.clear()  # a file of the earlier form, keyed by the prompts themselves, is read too
+    partial.write_text(json.dumps({"key": key, "seconds": 7.0, "by_prompt": {"p0": "old0", "p2": "old2"}}))
+    texts, seconds = step0.generate_in_chunks(engine, prompts, lengths, 3, partial, key)
+    assert calls == [["p1", "p3", "p4"]] and texts == ["old0", "P1", "old2", "P3", "P4"] and seconds >= 7.0
 
 
 def test_step0_screening_claims_each_data_set_for_one_live_process(step0, tmp_path, monkeypatch):
