@@ -1,6 +1,6 @@
 """Choosing the benchmark task by GRPO's curve alone, before any PODS run on it.
 
-    python benchmarks/task_selection.py run [--jobs 2] [--stage lr|seeds|both] [--round first|gym]
+    python benchmarks/task_selection.py run [--jobs 2] [--stage lr|seeds|both] [--round first|gym] [--only NAMES]
     python benchmarks/task_selection.py report [--round first|gym]  # writes benchmarks/results/task_selection/
 
 The protocol, fixed before the first run (docs/experiments/task_selection.md gives it in prose):
@@ -202,11 +202,15 @@ def run(args) -> int:
     if args.stage == "both":  # the lr stage, then the seeds at each candidate's rate
         first = run(argparse.Namespace(**{**vars(args), "stage": "lr"}))
         return max(first, run(argparse.Namespace(**{**vars(args), "stage": "seeds"})))
+    only = [name for name in (args.only or "").split(",") if name]
+    if unknown := [name for name in only if name not in CANDIDATES]:
+        raise PodsError(f"--only {','.join(unknown)}: not a candidate of this round ({', '.join(CANDIDATES)})")
+    names = [cand for cand in CANDIDATES if not only or cand in only]
     if args.stage == "lr":
-        jobs = [(cand, lr, 0) for lr in LRS for cand in CANDIDATES]
+        jobs = [(cand, lr, 0) for lr in LRS for cand in names]
     else:
         jobs = []
-        for cand in CANDIDATES:
+        for cand in names:
             lr = chosen_lr(cand)
             if lr is None:
                 print(f"{cand}: the lr stage has not finished", flush=True)
@@ -304,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--jobs", type=int, default=2)
     r.add_argument("--stage", choices=["lr", "seeds", "both"], default="lr", help="both: lr, then seeds")
     r.add_argument("--round", choices=["first", "gym"], default="first")
+    r.add_argument("--only", metavar="NAMES", help="these candidates' runs alone (comma-separated): a sitting too short "
+                                                   "for every run takes those that fit it")
     r.set_defaults(func=run)
     rep_ = sub.add_parser("report")
     rep_.add_argument("--round", choices=["first", "gym"], default="first")

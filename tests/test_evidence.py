@@ -426,6 +426,14 @@ def test_task_selection_gym_round_starts_the_runs_with_the_longest_step0_generat
     # both rates of b (900 s), then of c (250 s), then of a; the seeds stage in the same order
     assert [d for d, _, _ in started] == ["b", "b", "c", "c", "a", "a"] * 2
     assert started[:2] == [("b", "1e-5", "0"), ("b", "3e-5", "0")] and {s for _, _, s in started[6:]} == {"1", "2"}
+    # --only: those candidates' runs alone; a name that is no candidate is one line
+    shutil.rmtree(selection.RESULTS / "c")
+    started.clear()
+    assert selection.main(["run", "--round", "gym", "--stage", "lr", "--only", "c", "--jobs", "1"]) == 0
+    assert started == [("c", "1e-5", "0"), ("c", "3e-5", "0")]
+    capsys.readouterr()
+    assert selection.main(["run", "--round", "gym", "--only", "c,zebra"]) == 2
+    assert capsys.readouterr().err.strip() == "task_selection.py: error: --only zebra: not a candidate of this round (a, b, c)"
 
 
 def test_task_selection_gym_round_before_the_screening_is_one_line(selection, tmp_path, monkeypatch, capsys):
