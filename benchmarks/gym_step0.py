@@ -29,7 +29,8 @@ claimed under the file's lock with the claiming process's id, so no two processe
 Generation runs in chunks of problems of similar prompt length (:func:`length_chunks`: a chunk pads
 only to its own longest prompt), and with ``--out`` each chunk's completions are kept, by prompt,
 in ``OUT.partial/`` until the data set's row is written: a rerun after a stop or a death goes on
-from the last whole chunk, so a data set longer than one sitting still finishes.
+from the last whole chunk, so a data set longer than one sitting still finishes (committed, the
+kept completions carry it to a sitting on another machine).
 (Rows made before b066e16 padded every call to the data set's longest prompt; greedy
 completions differ between the two ways only by rounding.)
 
