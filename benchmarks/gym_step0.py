@@ -167,7 +167,7 @@ def generate_in_chunks(engine, prompts, lengths, tokens, partial: Path | None, k
     data set whose generator is not repeatable, such as codeio's, may build other problems in the
     next sitting), and a call generates the prompts of its chunk that have none. A file of the
     earlier form, keyed by the prompts themselves (``by_prompt``), is read too."""
-    kept, seconds = {}, 0.0
+    kept, seconds, digests = {}, 0.0, [digest(p) for p in prompts]
     if partial is not None and partial.exists():
         saved = json.loads(partial.read_text())
         if saved.get("key") == key:
@@ -176,19 +176,20 @@ def generate_in_chunks(engine, prompts, lengths, tokens, partial: Path | None, k
     default_rows = engine.batch_size
     try:
         for chunk in length_chunks(lengths, tokens, default_rows):
-            todo = [prompts[i] for i in chunk if digest(prompts[i]) not in kept]
+            todo = [i for i in chunk if digests[i] not in kept]
             if not todo:
                 continue
             start = time.perf_counter()
             engine.batch_size = len(todo)  # one generate call: padded to this chunk's longest prompt
-            kept.update(zip(map(digest, todo), engine.generate(todo, 1, 0.0, tokens).texts))
+            texts = engine.generate([prompts[i] for i in todo], 1, 0.0, tokens).texts
+            kept.update(zip((digests[i] for i in todo), texts))
             seconds += time.perf_counter() - start
             if partial is not None:
                 partial.parent.mkdir(parents=True, exist_ok=True)
                 write_atomic(partial, json.dumps({"key": key, "seconds": seconds, "by_prompt_sha256": kept}))
     finally:
         engine.batch_size = default_rows
-    return [kept[digest(p)] for p in prompts], seconds
+    return [kept[d] for d in digests], seconds
 
 
 def digest(prompt: str) -> str:
