@@ -204,6 +204,108 @@ def test_the_stream_skips_held_out_questions_drawn_by_the_generator():
     assert gym.overlap(t, 3000) == 0.0
 
 
+# isomorphic_strings draws letters from a set of strings, ransom_note words from one: their problems
+# follow the string hashing Python randomises per process. list_functions draws from the random
+# module, which reasoning-gym's seed does not reach.
+HASHED = [{"dataset": "isomorphic_strings"}, {"dataset": "list_functions"},
+          {"datasets": [{"name": "ransom_note", "weight": 1}, {"name": "chain_sum", "weight": 1}]}]
+PROBLEMS = """
+import hashlib, itertools, json, sys
+from podsrl.tasks.gym import gym_task, held_out_seed
+t = gym_task(**json.loads(sys.argv[1]), test_size=40, seed=3)
+problems = [*t.test, *itertools.islice(t.train(5), 600)]  # past one block of the child's
+reference = None
+if sys.argv[1] == '{"dataset": "isomorphic_strings"}':  # reasoning-gym's own draws, PYTHONHASHSEED=0 or not
+    from reasoning_gym import create_dataset
+    reference = create_dataset("isomorphic_strings", seed=held_out_seed(3), size=5)[0]["question"]
+print(json.dumps([sys.flags.hash_randomization, reference,
+                  hashlib.sha256(json.dumps([[p.question, p.answer] for p in problems]).encode()).hexdigest()]))
+"""
+
+
+@needs_gym
+@pytest.mark.parametrize("options", HASHED, ids=["isomorphic_strings", "list_functions", "ransom_note+chain_sum"])
+def test_a_seed_gives_the_same_problems_in_every_process(options):
+    """The held-out set and the stream, in processes with PYTHONHASHSEED 0, 1 and 2: the same
+    problems (isomorphic_strings's: reasoning-gym's own at 0, which differ between 1 and 2)."""
+    runs = []
+    for hash_seed in ("0", "1", "2"):
+        done = subprocess.run([sys.executable, "-c", PROBLEMS, json.dumps(options)], capture_output=True, text=True,
+                              env={**subprocess_env(), "PYTHONHASHSEED": hash_seed}, timeout=600)
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout))
+    assert [r[0] for r in runs] == [0, 1, 1]
+    assert runs[0][2] == runs[1][2] == runs[2][2]
+    if options == {"dataset": "list_functions"}:  # PYTHONHASHSEED 0 twice: the random module is seeded
+        again = subprocess.run([sys.executable, "-c", PROBLEMS, json.dumps(options)], capture_output=True, text=True,
+                               env={**subprocess_env(), "PYTHONHASHSEED": "0"}, timeout=600)
+        assert json.loads(again.stdout)[2] == runs[0][2], again.stderr
+    if options == {"dataset": "isomorphic_strings"}:
+        assert runs[1][1] != runs[2][1], "reasoning-gym's draws would not depend on the hashing"
+        from podsrl.tasks.gym import gym_task, held_out_seed
+        from podsrl.tasks.gym import gym_task
+
+        assert gym_task(**options, test_size=5, seed=3).test[0].question == runs[0][1]  # this process too
+
+
+def test_the_generator_child_returns_the_problems_before_one_it_cannot_make(monkeypatch):
+    """A generator failing at index 3: the child replies with problems 1 and 2 and the error; the
+    task draws those two, then says it in one line."""
+    import io
+    import pickle
+
+    from podsrl.tasks import _gym_worker, gym
+
+    class Failing:
+        def __getitem__(self, index):
+            if index == 3:
+                raise ValueError("no knight can move\nsecond line")
+            return {"question": f"q{index}", "answer": index, "metadata": {"source_dataset": "fake"}}
+
+    made = []
+    monkeypatch.setattr(_gym_worker, "make", lambda specs, seed, size: made.append(seed) or Failing())
+    requests = io.BytesIO(b"".join(pickle.dumps(([("fake", 1.0, {})], 7, 10, a, b)) for a, b in [(1, 5), (0, 2)]))
+    replies = io.BytesIO()
+    _gym_worker.serve(requests, replies)
+    replies.seek(0)
+    assert pickle.load(replies) == ([{"question": f"q{i}", "answer": i, "metadata": {"source_dataset": "fake"}}
+                                     for i in (1, 2)], "ValueError: no knight can move")
+    assert [e["question"] for e in pickle.load(replies)[0]] == ["q0", "q1"]
+    assert made == [7], "the generator instance is kept between requests"
+
+    class Worker:  # the child, in this process
+        def entries(self, *request):
+            out = io.BytesIO()
+            _gym_worker.serve(io.BytesIO(pickle.dumps(request)), out)
+            out.seek(0)
+            return pickle.load(out)
+
+    monkeypatch.setattr(gym, "_WORKER", Worker())
+    served = gym._Served([("fake", 1.0, {})], 7, 10)
+    settings = {"fake": "{}"}
+    assert [gym._draw(served, i, settings).question for i in range(3)] == ["q0", "q1", "q2"]
+    with pytest.raises(PodsError, match=r"could not generate a problem \(RuntimeError: ValueError: no knight can "
+                                        r"move\); check task.config$"):
+        gym._draw(served, 3, settings)
+
+
+@needs_gym
+def test_a_generator_child_that_died_is_started_again():
+    from podsrl.tasks import gym
+
+    specs = [("isomorphic_strings", 1.0, {})]
+    worker = gym._Worker()
+    try:
+        first, _ = worker.entries(specs, 11, 20, 0, 3)
+        worker.proc.kill()
+        worker.proc.wait()
+        again, error = worker.entries(specs, 11, 20, 0, 3)
+        assert error is None and [e["question"] for e in again] == [e["question"] for e in first]
+    finally:
+        worker.close()
+    assert worker.proc is None
+
+
 # --------------------------------------------------------------------------- non-binary rewards
 
 

@@ -23,14 +23,21 @@ which give partial credit. :func:`gym_task` makes one of them (``task.dataset`` 
 
 from __future__ import annotations
 
+import atexit
 import difflib
 import itertools
 import json
 import logging
 import math
+import os
+import pickle
 import random
 import re
+import subprocess
+import sys
+import threading
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from podsrl.errors import PodsError, first_line, install_hint
@@ -50,6 +57,8 @@ PROBE, PROBE_MAX = 1_000, 5_000
 it lies within a factor 2 of MAX_OVERLAP (near the bound, where one block's count is too few)."""
 MAX_OVERLAP = 0.01
 """The largest share of the generator's draws a held-out set may take from training."""
+BLOCK = 500
+"""Problems the child generates for one request."""
 MAX_SKIPPED_IN_A_ROW = 10_000
 """Held-out questions drawn in a row after which the training stream gives up (it never stalls)."""
 PODSRL_SETS = ("seed", "size")
@@ -140,18 +149,71 @@ def _create(name: str, settings: dict, seed: int, size: int):
 
 
 def _generator(specs: list[tuple[str, float, dict]]) -> Callable[[int, int], Any]:
-    """``make(seed, size)``: the data set, or reasoning-gym's composite of the weighted data sets."""
-    if len(specs) == 1:
-        name, _, settings = specs[0]
-        return lambda seed, size: _create(name, settings, seed, size)
+    """``make(seed, size)``: the data set, or reasoning-gym's composite of the weighted data sets,
+    made in a child process (:mod:`podsrl.tasks._gym_worker`) so that a seed gives the same
+    problems in every run: there, string hashing is fixed (``PYTHONHASHSEED=0``; some generators
+    draw from sets of strings, whose order follows it) and the ``random`` module is seeded before
+    each problem (list_functions draws from it)."""
+    return lambda seed, size: _Served(specs, seed, size)
 
-    def composite(seed: int, size: int):  # each data set's settings are checked first, by gym_task
-        from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
 
-        config = CompositeConfig(size=size, seed=seed, datasets=[DatasetSpec(n, w, s) for n, w, s in specs])
-        return CompositeDataset(config)
+class _Served:
+    """A generator instance in the child: ``[index]`` as reasoning-gym's, fetched :data:`BLOCK`
+    entries at a time (the held-out set and the stream read them in order)."""
 
-    return composite
+    def __init__(self, specs: list[tuple[str, float, dict]], seed: int, size: int):
+        self.request, self.size = (specs, seed, size), size
+        self.start, self.entries, self.error = 0, [], None
+
+    def __getitem__(self, index: int) -> dict:
+        if not self.start <= index < self.start + len(self.entries) and not (
+                self.error and index == self.start + len(self.entries)):
+            stop = max(index + 1, min(index + BLOCK, self.size))
+            self.start = index
+            self.entries, self.error = _WORKER.entries(*self.request, index, stop)
+        if index - self.start < len(self.entries):
+            return self.entries[index - self.start]
+        raise RuntimeError(self.error)
+
+
+class _Worker:
+    """The child interpreter (one a process, started when first asked, ended at exit)."""
+
+    def __init__(self):
+        self.proc, self.pid, self.lock = None, None, threading.Lock()
+
+    def entries(self, specs, seed: int, size: int, start: int, stop: int) -> tuple[list[dict], str | None]:
+        with self.lock:
+            if self.proc is None or self.pid != os.getpid() or self.proc.poll() is not None:
+                self.start()
+            try:
+                pickle.dump((specs, seed, size, start, stop), self.proc.stdin)
+                self.proc.stdin.flush()
+                return pickle.load(self.proc.stdout)
+            except (OSError, EOFError, pickle.UnpicklingError) as e:
+                self.proc = None
+                raise PodsError(f"reasoning-gym's generator process ended ({type(e).__name__}: {first_line(e)}); "
+                                "its stderr above says why") from None
+
+    def start(self) -> None:
+        if self.pid is None:
+            atexit.register(self.close)
+        worker = Path(__file__).with_name("_gym_worker.py")
+        self.proc = subprocess.Popen([sys.executable, str(worker)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env={**os.environ, "PYTHONHASHSEED": "0"})
+        self.pid = os.getpid()
+
+    def close(self) -> None:
+        if self.proc is not None and self.pid == os.getpid():
+            self.proc.stdin.close()  # the child ends at the end of its requests
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+
+
+_WORKER = _Worker()
 
 
 def _draw(dataset, index: int, settings: dict[str, str]) -> Problem:
