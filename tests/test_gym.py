@@ -248,6 +248,35 @@ def test_a_seed_gives_the_same_problems_in_every_process(options):
         assert gym_task(**options, test_size=5, seed=3).test[0].question == runs[0][1]  # this process too
 
 
+def test_the_generator_child_seeds_the_global_generators_before_each_problem(monkeypatch):
+    """A generator drawing from the random module and numpy's global generator (as list_functions
+    and codeio's programs do): the same problem each time it is asked for, in any order, and
+    another for another index."""
+    import io
+    import pickle
+    import random
+
+    import numpy
+
+    from podsrl.tasks import _gym_worker
+
+    class Global:
+        def __getitem__(self, index):
+            return {"question": f"{random.random()} {numpy.random.rand()}", "answer": index}
+
+    monkeypatch.setattr(_gym_worker, "make", lambda specs, seed, size: Global())
+
+    def served(*ranges, seed=7):
+        out = io.BytesIO()
+        _gym_worker.serve(io.BytesIO(b"".join(pickle.dumps(([("fake", 1.0, {})], seed, 10, a, b)) for a, b in ranges)), out)
+        out.seek(0)
+        return [e["question"] for _ in ranges for e in pickle.load(out)[0]]
+
+    forward = served((0, 4))
+    assert served((2, 4), (0, 2)) == forward[2:] + forward[:2]
+    assert len(set(forward)) == 4 and served((0, 4), seed=8) != forward
+
+
 def test_the_generator_child_returns_the_problems_before_one_it_cannot_make(monkeypatch):
     """A generator failing at index 3: the child replies with problems 1 and 2 and the error; the
     task draws those two, then says it in one line."""

@@ -6,8 +6,10 @@ fixes both:
 - Some draw from a set of strings (isomorphic_strings: ``rng.choice(list(letters - used))``),
   whose order follows the string hashing Python randomises per process: this one is started with
   ``PYTHONHASHSEED=0``.
-- list_functions draws from the ``random`` module, which no seed of reasoning-gym's reaches: it
-  is seeded here before each problem, from the generator's seed and the problem's index.
+- list_functions draws from the ``random`` module, and some of codeio's programs from numpy's,
+  which no seed of reasoning-gym's reaches: both are seeded here before each problem, from the
+  generator's seed and the problem's index. (A program drawing from the operating system's
+  entropy, as codeio's using ``secrets`` do, still gives another answer in each run.)
 
 :mod:`podsrl.tasks.gym` asks this process for its problems. It imports nothing of podsrl (nor
 torch): requests and replies are pickles on stdin and stdout.
@@ -22,6 +24,7 @@ import pickle
 import random
 import signal
 import sys
+import zlib
 
 KEEP = 4
 """Generator instances kept between requests (a training chunk is asked for in blocks)."""
@@ -36,6 +39,17 @@ def make(specs, seed, size):
     from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
 
     return CompositeDataset(CompositeConfig(size=size, seed=seed, datasets=[DatasetSpec(*s) for s in specs]))
+
+
+def seed_globals(seed: int, index: int) -> None:
+    """The ``random`` module's and numpy's global generators, seeded for problem ``index``."""
+    key = f"podsrl-gym-{seed}-{index}"
+    random.seed(key)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(zlib.crc32(key.encode()))
 
 
 def serve(requests, replies) -> None:
@@ -53,7 +67,7 @@ def serve(requests, replies) -> None:
                     kept.pop(next(iter(kept)))
                 kept[key] = make(specs, seed, size)
             for index in range(start, stop):
-                random.seed(f"podsrl-gym-{seed}-{index}")
+                seed_globals(seed, index)
                 entries.append(kept[key][index])
         except Exception as e:  # noqa: BLE001 (whatever a generator raises, said by the parent)
             error = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
