@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import itertools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -320,19 +321,28 @@ def test_the_generator_child_returns_the_problems_before_one_it_cannot_make(monk
 
 @needs_gym
 def test_a_generator_child_that_died_is_started_again():
+    import io
+
     from podsrl.tasks import gym
 
     specs = [("isomorphic_strings", 1.0, {})]
     worker = gym._Worker()
     try:
         first, _ = worker.entries(specs, 11, 20, 0, 3)
+        folder = worker.folder
+        assert os.readlink(f"/proc/{worker.proc.pid}/cwd") == folder != os.getcwd()  # where codeio's files go
         worker.proc.kill()
         worker.proc.wait()
         again, error = worker.entries(specs, 11, 20, 0, 3)
         assert error is None and [e["question"] for e in again] == [e["question"] for e in first]
+        folder = worker.folder
+        worker.proc.stdout = io.BytesIO()  # no reply: as from a child that died during the request
+        with pytest.raises(PodsError, match=r"^reasoning-gym's generator process ended \(EOFError"):
+            worker.entries(specs, 11, 20, 0, 3)
+        assert worker.proc is None and not os.path.exists(folder)
     finally:
         worker.close()
-    assert worker.proc is None
+    assert worker.proc is None and not os.path.exists(folder) and not os.path.exists(worker.folder)
 
 
 # --------------------------------------------------------------------------- non-binary rewards

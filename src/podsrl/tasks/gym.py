@@ -24,6 +24,7 @@ which give partial credit. :func:`gym_task` makes one of them (``task.dataset`` 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import difflib
 import itertools
 import json
@@ -33,8 +34,10 @@ import os
 import pickle
 import random
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -191,26 +194,31 @@ class _Worker:
                 self.proc.stdin.flush()
                 return pickle.load(self.proc.stdout)
             except (OSError, EOFError, pickle.UnpicklingError) as e:
-                self.proc = None
+                self.close()
                 raise PodsError(f"reasoning-gym's generator process ended ({type(e).__name__}: {first_line(e)}); "
                                 "its stderr above says why") from None
 
     def start(self) -> None:
+        """The child, in a folder of its own: codeio's programs write files where they run."""
         if self.pid is None:
             atexit.register(self.close)
+        self.close()
         worker = Path(__file__).with_name("_gym_worker.py")
+        self.folder = tempfile.mkdtemp(prefix="podsrl-gym-")
         self.proc = subprocess.Popen([sys.executable, str(worker)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env={**os.environ, "PYTHONHASHSEED": "0"})
+                                     cwd=self.folder, env={**os.environ, "PYTHONHASHSEED": "0"})
         self.pid = os.getpid()
 
     def close(self) -> None:
         if self.proc is not None and self.pid == os.getpid():
-            self.proc.stdin.close()  # the child ends at the end of its requests
+            with contextlib.suppress(OSError):  # a child that died mid-request: its pipe is broken
+                self.proc.stdin.close()  # the child ends at the end of its requests
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-            self.proc = None
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.proc = None
 
 
 _WORKER = _Worker()
