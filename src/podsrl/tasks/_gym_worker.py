@@ -26,6 +26,11 @@ import signal
 import sys
 import zlib
 
+try:  # reasoning-gym needs it; its global generator is seeded as random's
+    import numpy
+except ImportError:
+    numpy = None
+
 KEEP = 4
 """Generator instances kept between requests (a training chunk is asked for in blocks)."""
 
@@ -45,11 +50,8 @@ def seed_globals(seed: int, index: int) -> None:
     """The ``random`` module's and numpy's global generators, seeded for problem ``index``."""
     key = f"podsrl-gym-{seed}-{index}"
     random.seed(key)
-    try:
-        import numpy
-    except ImportError:
-        return
-    numpy.random.seed(zlib.crc32(key.encode()))
+    if numpy is not None:
+        numpy.random.seed(zlib.crc32(key.encode()))
 
 
 def serve(requests, replies) -> None:

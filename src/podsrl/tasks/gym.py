@@ -153,10 +153,8 @@ def _create(name: str, settings: dict, seed: int, size: int):
 
 def _generator(specs: list[tuple[str, float, dict]]) -> Callable[[int, int], Any]:
     """``make(seed, size)``: the data set, or reasoning-gym's composite of the weighted data sets,
-    made in a child process (:mod:`podsrl.tasks._gym_worker`) so that a seed gives the same
-    problems in every run: there, string hashing is fixed (``PYTHONHASHSEED=0``; some generators
-    draw from sets of strings, whose order follows it) and the ``random`` module is seeded before
-    each problem (list_functions draws from it)."""
+    made in a child process that gives a seed the same problems in every run (string hashing and
+    the global generators fixed: :mod:`podsrl.tasks._gym_worker`)."""
     return lambda seed, size: _Served(specs, seed, size)
 
 
