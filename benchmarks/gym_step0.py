@@ -376,9 +376,9 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 class Stopped(BaseException):
-    """SIGTERM during an evaluation: the screening stopped on purpose (a paused session), which does
-    not count as the data set's process dying (a BaseException, so that no data set's failure
-    handling takes it for one)."""
+    """SIGTERM during an evaluation: the screening stopped on purpose, which does not count as the
+    data set's process dying (a BaseException, so that no data set's failure handling takes it
+    for one)."""
 
 
 def _stop(signum, frame):
