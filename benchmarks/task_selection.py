@@ -30,6 +30,9 @@ The second round (``--round gym``), two more tasks for the confirmation, fixed b
 - The choice: among the candidates meeting all three, the two with the largest seed-mean gain
   (from step 0 to the peak), ties broken by name; if fewer than two meet them, those that do, and
   the report says so. Its results go to ``benchmarks/results/task_selection/gym/``.
+- Beside each curve, for reading it only (no condition uses it), the gym round's report gives the
+  one-answer level (:func:`one_answer_level`): what giving one answer to every held-out problem
+  would score. A curve that rises to it and stays has learned that answer, not the task.
 
 Each run's folder records the podsrl commit of every start of it (``podsrl_commit.txt``, which the
 trainer writes).
@@ -43,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -174,6 +178,17 @@ def conditions(points: dict[int, float]) -> dict:
     }
 
 
+def one_answer_level(config: Path) -> float:
+    """The share of a run's held-out set (rebuilt from its ``config.yaml``: task and seed) taken by
+    its most common gold answer: the greedy pass@1 of a policy that gives that answer every time."""
+    from podsrl.config import load_config
+    from podsrl.tasks import task_from_config
+
+    c = load_config(str(config))
+    test = task_from_config(c.task, c.seed).test
+    return max(Counter(p.answer for p in test).values()) / len(test)
+
+
 def met(c: dict) -> int:
     return c["peak_late"] + c["gradual"] + c["below_ceiling"]
 
@@ -230,6 +245,7 @@ def run(args) -> int:
 
 def report(_args) -> int:
     rows, summary = [], {"protocol": __doc__, "candidates": {}}
+    levels = CHOOSE > 1  # the gym round's report alone gives the one-answer level
     for cand in CANDIDATES:
         entry = summary["candidates"][cand] = {"runs": {}}
         for lr in LRS:
@@ -237,11 +253,17 @@ def report(_args) -> int:
                 points = curve(cand, lr, seed)
                 if points is not None:
                     entry["runs"][f"lr={lr} seed={seed}"] = {"curve": points, **conditions(points)}
+                    if levels:
+                        level = one_answer_level(result_dir(cand, lr, seed) / "config.yaml")
+                        entry["runs"][f"lr={lr} seed={seed}"]["one_answer_level"] = level
         lr = chosen_lr(cand)
         entry["lr"] = lr
         mean = seed_mean(cand, lr) if lr else None
         if mean is not None:
             entry["seed_mean"] = {"curve": mean, **conditions(mean)}
+            if levels:
+                entry["seed_mean"]["one_answer_level"] = sum(
+                    entry["runs"][f"lr={lr} seed={seed}"]["one_answer_level"] for seed in SEEDS) / len(SEEDS)
             entry["meets_all"] = met(entry["seed_mean"]) == 3
     finished = [c for c, e in summary["candidates"].items() if "seed_mean" in e]
     eligible = [c for c in finished if summary["candidates"][c]["meets_all"]]
@@ -254,15 +276,20 @@ def report(_args) -> int:
                              if len(finished) == len(CANDIDATES) else None)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    lines = ["| candidate | lr | curve | start | peak (step) | largest interval / gain | late | gradual | <= 0.9 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| candidate | lr | curve | start | peak (step) | largest interval / gain | late | gradual | <= 0.9 |"
+             + (" one answer |" if levels else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if levels else "")]
     for cand, entry in summary["candidates"].items():
         for label, r in [*entry["runs"].items(), *([("seed mean", entry["seed_mean"])] if "seed_mean" in entry else [])]:
             share = "n/a" if r["largest_interval_share"] is None else f"{r['largest_interval_share']:.2f}"
             lines.append(f"| {cand} | {label} | {' '.join(f'{a:.2f}' for _, a in sorted(r['curve'].items()))} | "
                          f"{r['start']:.3f} | {r['peak']:.3f} ({r['peak_step']}) | {share} | "
                          f"{'yes' if r['peak_late'] else 'no'} | {'yes' if r['gradual'] else 'no'} | "
-                         f"{'yes' if r['below_ceiling'] else 'no'} |")
+                         f"{'yes' if r['below_ceiling'] else 'no'} |"
+                         + (f" {r['one_answer_level']:.3f} |" if levels else ""))
+    if levels:
+        lines.append("\none answer: what giving the run's most common held-out answer to every problem would score "
+                     "(for reading the curve; no condition uses it)")
     if CHOOSE == 1:
         lines.append(f"\nchosen: {summary['chosen'] or 'none yet' if len(finished) < len(CANDIDATES) else summary['chosen'] or 'none meets all three'}")
     elif summary["chosen"] is None:
@@ -291,6 +318,8 @@ def plot(summary: dict) -> None:
         if "seed_mean" in entry:
             m = entry["seed_mean"]["curve"]
             ax.plot(sorted(m), [m[s] for s in sorted(m)], "k-", lw=2, label=f"seed mean, lr={entry['lr']}")
+            if "one_answer_level" in entry["seed_mean"]:
+                ax.axhline(entry["seed_mean"]["one_answer_level"], color="grey", ls=":", label="one answer, seed mean")
         ax.set_title(cand)
         ax.set_xlabel("optimizer step")
         if entry["runs"]:

@@ -389,6 +389,7 @@ def test_task_selection_gym_round_trains_the_screenings_candidates_and_chooses_t
         (selection.RESULTS / "c" / "lr1e-5" / f"seed-{seed}" / "metrics.jsonl").write_text("".join(
             json.dumps({"step": s, "eval_step": s, "eval_accuracy": 0.1 if s == 0 else 0.8}) + "\n" for s in range(0, 61, 5)))
     monkeypatch.setattr(selection, "plot", lambda summary: None)
+    monkeypatch.setattr(selection, "one_answer_level", lambda config: 0.5)
     capsys.readouterr()
     assert selection.main(["report", "--round", "gym"]) == 0
     summary = json.loads((selection.RESULTS / "summary.json").read_text())
@@ -400,6 +401,47 @@ def test_task_selection_gym_round_trains_the_screenings_candidates_and_chooses_t
                     selection.RESULTS / "a" / "lr1e-5" / f"seed-{seed}" / "metrics.jsonl")
     assert selection.main(["report", "--round", "gym"]) == 0
     assert capsys.readouterr().out.strip().endswith("chosen: b (only 1 of the 2 wanted meet all three)")
+
+
+def test_task_selection_gym_report_gives_each_runs_one_answer_level_and_their_seed_mean(selection, tmp_path,
+                                                                                       monkeypatch, capsys):
+    step0 = tmp_path / "candidates.json"
+    step0.write_text(json.dumps({"screened": ["a"], "rows": [{"dataset": "a", "max_new_tokens": 16, "pass@1": 0.2}]}))
+    monkeypatch.setattr(selection, "STEP0", step0)
+    monkeypatch.setattr(selection, "plot", lambda summary: None)
+    levels = {0: 0.5, 1: 0.6, 2: 0.8}  # by seed, read from each run's config.yaml
+    for seed in levels:
+        kept = tmp_path / "results" / "gym" / "a" / "lr1e-5" / f"seed-{seed}"
+        kept.mkdir(parents=True)
+        (kept / "metrics.jsonl").write_text(finished_metrics(selection.STEPS))
+        (kept / "config.yaml").write_text(f"seed: {seed}\n")
+    monkeypatch.setattr(selection, "one_answer_level", lambda config: levels[yaml.safe_load(config.read_text())["seed"]])
+    assert selection.main(["report", "--round", "gym"]) == 0
+    table = (selection.RESULTS / "summary.md").read_text().splitlines()
+    assert table[0].endswith("| <= 0.9 | one answer |")
+    assert [row.rsplit("|", 2)[1].strip() for row in table[2:6]] == ["0.500", "0.600", "0.800", "0.633"]
+    entry = json.loads((selection.RESULTS / "summary.json").read_text())["candidates"]["a"]
+    assert entry["runs"]["lr=1e-5 seed=2"]["one_answer_level"] == 0.8
+    assert math.isclose(entry["seed_mean"]["one_answer_level"], 1.9 / 3)
+
+
+def test_one_answer_level_is_the_most_common_answers_share_of_the_held_out_set_the_run_evaluated(selection, tmp_path):
+    pytest.importorskip("reasoning_gym")
+    from collections import Counter
+
+    from podsrl.config import load_config, to_yaml
+    from podsrl.tasks.gym import gym_task
+
+    found = {}
+    for seed in (3, 4):  # two seeds whose held-out sets hold different shares of "Yes"
+        config = tmp_path / f"seed-{seed}.yaml"  # as the trainer records it
+        config.write_text(to_yaml(load_config("configs/screening_gym.yaml",
+                                              ["task.dataset=syllogism", "task.test_size=40", f"seed={seed}"])))
+        answers = Counter(p.answer for p in gym_task(dataset="syllogism", config={}, test_size=40, seed=seed).test)
+        assert set(answers) == {"Yes", "No"}
+        found[seed] = selection.one_answer_level(config)
+        assert found[seed] == max(answers.values()) / 40
+    assert found[3] != found[4]  # the run's own seed chose the set
 
 
 def test_task_selection_gym_round_starts_the_runs_with_the_longest_step0_generation_first(selection, tmp_path,
