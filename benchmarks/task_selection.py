@@ -3,7 +3,7 @@
     python benchmarks/task_selection.py run [--jobs 2] [--stage lr|seeds|both] [--round first|gym] [--only NAMES]
     python benchmarks/task_selection.py report [--round first|gym]  # writes benchmarks/results/task_selection/
 
-The protocol, fixed before the first run (docs/experiments/task_selection.md gives it in prose):
+The protocol, fixed before the first run (docs/experiments/task-selection.md gives it in prose):
 
 - Candidates (:data:`CANDIDATES`): tasks whose step-0 greedy pass@1 on the embedded model lies in
   0.03-0.4 (docs/gym.md): two-digit ``+ -`` arithmetic, reasoning-gym's letter_counting at 3-5
