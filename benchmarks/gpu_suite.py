@@ -3,6 +3,7 @@
     python benchmarks/gpu_suite.py                    # every step, on one CUDA GPU
     python benchmarks/gpu_suite.py --max-minutes 9    # start nothing that would not end in time; run again to continue
     python benchmarks/gpu_suite.py --steps a,b        # some steps only
+    python benchmarks/gpu_suite.py --steps c --units 'c/async,c/mem*'   # some units of them only, in the steps' order
     python benchmarks/gpu_suite.py --dry-run model.name_or_path=DIR   # every step's code, tiny, on a CPU
 
 Steps, in priority order. Each is made of units; a unit is one command (its output in
@@ -40,6 +41,7 @@ needs beyond torch, transformers, accelerate and peft (a unit whose package is m
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import glob
 import hashlib
 import importlib.util
@@ -502,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-minutes", type=float, help="step a's training clock per run (default 1.5)")
     parser.add_argument("--eval-every-s", type=float, help="step a's evaluation interval (default 10)")
     parser.add_argument("--tests", nargs="+", help="step b's test files, globs under the repository (default tests/test_*.py)")
+    parser.add_argument("--units", help="only the units whose names match one of these globs, comma separated "
+                        "(names as in state.json: c/async, b/tests/test_async.py, d/*)")
     parser.add_argument("--retry-failed", action="store_true", help="run failed units again")
     parser.add_argument("--dry-run", action="store_true", help="tiny settings, any device: checks that every step's code runs")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides for every podsrl run (not the tests)")
@@ -545,6 +549,11 @@ def run(args) -> int:
 
     makers = {"a": step_a, "b": step_b, "c": step_c, "d": step_d}
     units = [u for s in steps for u in makers[s](args, results, suite, state)]
+    if args.units:
+        globs = [g.strip() for g in args.units.split(",") if g.strip()]
+        units = [u for u in units if any(fnmatch.fnmatchcase(u.key, g) for g in globs)]
+        if not units:
+            raise SuiteError(f"--units {args.units!r} matches no unit of steps {','.join(steps)}")
     ran, stopped_at = [], None
     for unit in units:
         previous = state.unit(unit.key)

@@ -312,3 +312,18 @@ def test_the_grader_fingerprint_follows_the_grading_code(tmp_path, monkeypatch):
     assert suite.grader_fingerprint() == first
     (tmp_path / "src" / "podsrl" / "tasks" / "x.py").write_text("A = 2\n")
     assert suite.grader_fingerprint() != first
+
+
+def test_units_picks_some_units_of_the_steps_in_their_order(tiny_model_dir, tmp_path, capsys):
+    suite = suite_module()
+    model = f"model.name_or_path={tiny_model_dir}"
+    # too short for any unit: the first one it would start is named, and it is the first chosen one
+    code = suite.main(["--results", str(tmp_path), "--dry-run", "--steps", "c,d", "--units", "d/*,c/async",
+                       "--max-minutes", "0.01", model])
+    out = capsys.readouterr().out
+    assert code == 3 and "c/async is expected to take" in out, out
+    listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and "/" in line.split()[0]]
+    assert listed[-3:] == ["c/async", "d/qlora", "d/fsdp"] and "c/rollout" not in listed, out
+    assert suite.main(["--results", str(tmp_path), "--dry-run", "--steps", "c", "--units", "d/*", model]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matches no unit of steps c" in err[0], err
