@@ -4,6 +4,7 @@
     python benchmarks/gpu_suite.py --max-minutes 9    # start nothing that would not end in time; run again to continue
     python benchmarks/gpu_suite.py --steps a,b        # some steps only
     python benchmarks/gpu_suite.py --steps c --units 'c/async,c/mem*'   # some units of them only, in the steps' order
+    python benchmarks/gpu_suite.py --bundle OUT/results.tgz            # what this invocation wrote, small enough to carry back
     python benchmarks/gpu_suite.py --dry-run model.name_or_path=DIR   # every step's code, tiny, on a CPU
 
 Steps, in priority order. Each is made of units; a unit is one command (its output in
@@ -506,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", nargs="+", help="step b's test files, globs under the repository (default tests/test_*.py)")
     parser.add_argument("--units", help="only the units whose names match one of these globs, comma separated "
                         "(names as in state.json: c/async, b/tests/test_async.py, d/*)")
+    parser.add_argument("--bundle", help="at the end, a .tgz of the result files this invocation wrote, without "
+                        "checkpoints/ and files over --bundle-max-mib (named in its BUNDLE_SKIPPED.txt)")
+    parser.add_argument("--bundle-max-mib", type=float, default=5.0, help="the largest file a bundle takes (default 5)")
     parser.add_argument("--retry-failed", action="store_true", help="run failed units again")
     parser.add_argument("--dry-run", action="store_true", help="tiny settings, any device: checks that every step's code runs")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides for every podsrl run (not the tests)")
@@ -513,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args) -> int:
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     deadline = None if args.max_minutes is None else started + args.max_minutes * 60
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     if not steps or set(steps) - set("abcd"):
@@ -589,6 +593,8 @@ def run(args) -> int:
         status = u.get("status", "to do")
         time_s = f"{u['seconds'] / 60:5.1f} min" if status in ("done", "failed") and "seconds" in u else " " * 9
         print(f"  {unit.key:<{width}}  {status:<7} {time_s}  {u.get('note') or unit.outputs}")
+    if args.bundle:
+        bundle(results, started_wall, Path(args.bundle), args.bundle_max_mib)
     if stopped_at is not None:
         unit, expected = stopped_at
         why = (f"{unit.key} is expected to take {expected / 60:.1f} min" if expected is not None
@@ -597,6 +603,32 @@ def run(args) -> int:
         return EXIT_TIME_LIMIT
     failed = [u.key for u in units if state.unit(u.key).get("status") == "failed"]
     return EXIT_FAILED if failed else 0
+
+
+def bundle(results: Path, since: float, path: Path, max_mib: float) -> None:
+    """The result files written since ``since`` in one .tgz, paths relative to the repository, for a
+    machine that returns only small files: no ``checkpoints/`` (weights that git ignores) and no file
+    over ``max_mib``; what was left out is named in the bundle's ``BUNDLE_SKIPPED.txt``."""
+    import io
+    import tarfile
+
+    taken, skipped = [], []
+    for file in sorted(p for p in results.rglob("*") if p.is_file() and p.stat().st_mtime >= since):
+        if "checkpoints" in file.relative_to(results).parts or file.stat().st_size > max_mib * 2**20:
+            skipped.append(f"{rel(file)} ({file.stat().st_size / 2**20:.1f} MiB)")
+        elif not file.resolve() == path.resolve():
+            taken.append(file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path.with_name(path.name + ".tmp"), "w:gz") as tar:
+        for file in taken:
+            tar.add(file, arcname=os.path.relpath(file, REPO if file.is_relative_to(REPO) else results.parent))
+        note = "".join(f"{line}\n" for line in skipped).encode()
+        info = tarfile.TarInfo("BUNDLE_SKIPPED.txt")
+        info.size, info.mtime = len(note), int(time.time())
+        tar.addfile(info, io.BytesIO(note))
+    os.replace(path.with_name(path.name + ".tmp"), path)
+    print(f"gpu_suite: {len(taken)} result file(s) in {path} ({path.stat().st_size / 2**20:.1f} MiB); "
+          f"{len(skipped)} left out (BUNDLE_SKIPPED.txt)", flush=True)
 
 
 def write_test_summary(state: State, suite: Path, env: dict) -> None:

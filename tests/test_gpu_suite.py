@@ -319,11 +319,39 @@ def test_units_picks_some_units_of_the_steps_in_their_order(tiny_model_dir, tmp_
     model = f"model.name_or_path={tiny_model_dir}"
     # too short for any unit: the first one it would start is named, and it is the first chosen one
     code = suite.main(["--results", str(tmp_path), "--dry-run", "--steps", "c,d", "--units", "d/*,c/async",
-                       "--max-minutes", "0.01", model])
+                       "--max-minutes", "0.01", "--bundle", str(tmp_path / "out.tgz"), model])
     out = capsys.readouterr().out
+    import tarfile
+    with tarfile.open(tmp_path / "out.tgz") as tar:  # written on a stop at the limit too
+        assert {f"{tmp_path.name}/gpu_suite/{f}" for f in ("state.json", "environment.txt")} <= set(tar.getnames())
     assert code == 3 and "c/async is expected to take" in out, out
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and "/" in line.split()[0]]
     assert listed[-3:] == ["c/async", "d/qlora", "d/fsdp"] and "c/rollout" not in listed, out
     assert suite.main(["--results", str(tmp_path), "--dry-run", "--steps", "c", "--units", "d/*", model]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "matches no unit of steps c" in err[0], err
+
+
+def test_the_bundle_holds_what_this_invocation_wrote_without_weights(tmp_path, capsys):
+    import os
+    import tarfile
+
+    suite = suite_module()
+    results = tmp_path / "results"
+    old, new = results / "compare_gpu" / "old.txt", results / "async_step_gpu" / "lag-1" / "metrics.jsonl"
+    weights = results / "async_step_gpu" / "lag-1" / "checkpoints" / "step-11" / "model.safetensors"
+    big = results / "gpu_suite" / "fsdp" / "big.bin"
+    for path, size in [(old, 10), (new, 100), (weights, 10), (big, 3 * 2**20)]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * size)
+    os.utime(old, (1000.0, 1000.0))  # written before the invocation
+    since = time.time() - 60
+    out = tmp_path / "out" / "results.tgz"
+    suite.bundle(results, since, out, max_mib=2)
+    with tarfile.open(out) as tar:
+        names = sorted(tar.getnames())
+        skipped = tar.extractfile("BUNDLE_SKIPPED.txt").read().decode()
+        assert tar.extractfile("results/async_step_gpu/lag-1/metrics.jsonl").read() == b"x" * 100
+    assert names == ["BUNDLE_SKIPPED.txt", "results/async_step_gpu/lag-1/metrics.jsonl"], names
+    assert "model.safetensors (0.0 MiB)" in skipped and "big.bin (3.0 MiB)" in skipped and "old.txt" not in skipped
+    assert not list(out.parent.glob("*.tmp")) and "1 result file(s)" in capsys.readouterr().out
