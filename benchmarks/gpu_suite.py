@@ -529,8 +529,8 @@ def run(args) -> int:
     args.budget_minutes = (0.02 if dry else 1.5) if args.budget_minutes is None else args.budget_minutes
     args.eval_every_s = (0.5 if dry else 10.0) if args.eval_every_s is None else args.eval_every_s
     args.tests = args.tests or (["tests/test_advantages.py"] if dry else ["tests/test_*.py"])
-    if args.seeds < 1 or args.budget_minutes <= 0 or args.eval_every_s <= 0:
-        raise SuiteError("--seeds must be >= 1, --budget-minutes and --eval-every-s > 0")
+    if args.seeds < 1 or args.budget_minutes <= 0 or args.eval_every_s <= 0 or args.bundle_max_mib <= 0:
+        raise SuiteError("--seeds must be >= 1, --budget-minutes, --eval-every-s and --bundle-max-mib > 0")
     args.run_overrides = (DRY_RUN if dry else []) + args.overrides
     results = Path(args.results or (REPO / ("runs/gpu_suite_dry_run" if dry else "benchmarks/results"))).resolve()
     suite = results / "gpu_suite"

@@ -123,6 +123,7 @@ def test_gpu_suite_without_a_gpu_needs_the_dry_run(tmp_path):
 @pytest.mark.parametrize("args,state,message", [
     (["--steps", "a", "--seeds", "many"], None, "gpu_suite: error: argument --seeds: invalid int value: 'many'"),
     (["--dry-run", "--frobnicate"], None, "gpu_suite: error: unrecognized arguments: --frobnicate"),
+    (["--dry-run", "--bundle", "x.tgz", "--bundle-max-mib", "0"], None, "gpu_suite: error: --seeds must be >= 1, "),
     (["--dry-run"], '{"settings": {"dry_run": tr', "gpu_suite: error: cannot read "),
     (["--dry-run"], '[1, 2]', "gpu_suite: error: "),
 ])
