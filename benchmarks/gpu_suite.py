@@ -612,16 +612,17 @@ def bundle(results: Path, since: float, path: Path, max_mib: float) -> None:
     import io
     import tarfile
 
-    taken, skipped = [], []
+    taken, skipped, target = [], [], path.resolve()
     for file in sorted(p for p in results.rglob("*") if p.is_file() and p.stat().st_mtime >= since):
-        if "checkpoints" in file.relative_to(results).parts or file.stat().st_size > max_mib * 2**20:
-            skipped.append(f"{rel(file)} ({file.stat().st_size / 2**20:.1f} MiB)")
-        elif not file.resolve() == path.resolve():
-            taken.append(file)
+        name, size = os.path.relpath(file, REPO if file.is_relative_to(REPO) else results.parent), file.stat().st_size
+        if "checkpoints" in file.relative_to(results).parts or size > max_mib * 2**20:
+            skipped.append(f"{name} ({size / 2**20:.1f} MiB)")
+        elif file.resolve() != target:
+            taken.append((file, name))
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path.with_name(path.name + ".tmp"), "w:gz") as tar:
-        for file in taken:
-            tar.add(file, arcname=os.path.relpath(file, REPO if file.is_relative_to(REPO) else results.parent))
+        for file, name in taken:
+            tar.add(file, arcname=name)
         note = "".join(f"{line}\n" for line in skipped).encode()
         info = tarfile.TarInfo("BUNDLE_SKIPPED.txt")
         info.size, info.mtime = len(note), int(time.time())
