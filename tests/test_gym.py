@@ -423,7 +423,8 @@ def test_a_failing_verifier_costs_only_its_completion(monkeypatch, behaviour):
      "of what the generator draws (measured on 1000 draws; at most 1%)"),
     (["task.datasets=[{name: chain_sum}, {name: gdc}]"], "unknown reasoning-gym data set 'gdc'; closest: gcd"),
     (["task.datasets=[{name: chain_sum, weight: 0}]"], "task.datasets[0]: weight must be a number > 0"),
-    (["task.dataset=chain_sum", "task.datasets=[{name: gcd}]"], "task.dataset (one data set) or task.datasets"),
+    (["task.dataset=chain_sum", "task.datasets=[{name: gcd}]"], "task.datasets (a weighted mix); both are set"),
+    ([], "task.name=gym needs one of task.dataset (one data set) and task.datasets (a weighted mix); neither is set"),
 ])
 def test_bad_gym_input_is_one_line(capsys, tmp_path, overrides, message):
     code, _, err = cli(capsys, "eval", "task.name=gym", *overrides)

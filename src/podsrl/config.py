@@ -579,7 +579,8 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
     need(t.name == "gym" or not (t.dataset or t.config or t.datasets),
          f"task.dataset, task.config and task.datasets are gym's (task.name=gym), not {t.name}'s")
     need(t.name != "gym" or bool(t.dataset) != bool(t.datasets),
-         "task.name=gym needs task.dataset (one data set) or task.datasets (a weighted mix), not both")
+         "task.name=gym needs one of task.dataset (one data set) and task.datasets (a weighted mix); "
+         + ("both are set" if t.dataset else "neither is set"))
     need(t.name != "gym" or t.test_size >= 1, "task.name=gym needs task.test_size >= 1 (its problems are endless)")
     need(1 <= t.digits <= MAX_DIGITS, f"task.digits must be in 1..{MAX_DIGITS}, got {t.digits}")
     need(bool(t.operations) and not set(t.operations) - set("+-*"),

@@ -99,7 +99,8 @@ def held_out_seed(seed: int) -> int:
 def _specs(dataset: str | None, config: dict | None, datasets: list | None) -> list[tuple[str, float, dict]]:
     """(name, weight, settings) of each data set, checked: names known, settings a mapping."""
     if bool(dataset) == bool(datasets):
-        raise PodsError("task.name=gym needs task.dataset (one data set) or task.datasets (a weighted mix), not both")
+        raise PodsError("task.name=gym needs one of task.dataset (one data set) and task.datasets (a weighted mix); "
+                        + ("both are set" if dataset else "neither is set"))
     if dataset:
         if dataset == "composite":
             raise PodsError("a mix of data sets is given as task.datasets: [{name: ..., weight: ..., config: {...}}, ...]")
