@@ -486,6 +486,7 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
     passes here trains (``evaluating``: evaluates); what fails is one clear message naming the key."""
     from podsrl.downsample import RULES
     from podsrl.rewards import load_reward
+    from podsrl.tasks.gym import source_problem as gym_source_problem
 
     def need(ok: bool, message: str) -> None:
         if not ok:
@@ -578,9 +579,8 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
     need(t.name in ("arithmetic", "gym") or t.path is not None, f"task {t.name} needs task.path")
     need(t.name == "gym" or not (t.dataset or t.config or t.datasets),
          f"task.dataset, task.config and task.datasets are gym's (task.name=gym), not {t.name}'s")
-    need(t.name != "gym" or bool(t.dataset) != bool(t.datasets),
-         "task.name=gym needs one of task.dataset (one data set) and task.datasets (a weighted mix); "
-         + ("both are set" if t.dataset else "neither is set"))
+    if t.name == "gym" and (problem := gym_source_problem(t.dataset, t.datasets)):
+        raise PodsError(problem)
     need(t.name != "gym" or t.test_size >= 1, "task.name=gym needs task.test_size >= 1 (its problems are endless)")
     need(1 <= t.digits <= MAX_DIGITS, f"task.digits must be in 1..{MAX_DIGITS}, got {t.digits}")
     need(bool(t.operations) and not set(t.operations) - set("+-*"),

@@ -96,11 +96,19 @@ def held_out_seed(seed: int) -> int:
 # --------------------------------------------------------------------------- settings
 
 
+def source_problem(dataset: str | None, datasets: list | None) -> str | None:
+    """What is wrong with how the data sets are named (both or neither of ``task.dataset`` and
+    ``task.datasets``), or None."""
+    if bool(dataset) != bool(datasets):
+        return None
+    return ("task.name=gym needs one of task.dataset (one data set) and task.datasets (a weighted mix); "
+            + ("both are set" if dataset else "neither is set"))
+
+
 def _specs(dataset: str | None, config: dict | None, datasets: list | None) -> list[tuple[str, float, dict]]:
     """(name, weight, settings) of each data set, checked: names known, settings a mapping."""
-    if bool(dataset) == bool(datasets):
-        raise PodsError("task.name=gym needs one of task.dataset (one data set) and task.datasets (a weighted mix); "
-                        + ("both are set" if dataset else "neither is set"))
+    if problem := source_problem(dataset, datasets):
+        raise PodsError(problem)
     if dataset:
         if dataset == "composite":
             raise PodsError("a mix of data sets is given as task.datasets: [{name: ..., weight: ..., config: {...}}, ...]")
