@@ -15,6 +15,12 @@ kernel (system) and user CPU seconds, the peak resident set, and whether the two
 are the same text (where the heap is, is not what is computed: torch aligns its buffers to 64
 bytes either way). Page faults are counts, whatever the machine's load; CPU seconds bend with the
 load, and the wall clock more: time the saving on a quiet machine only.
+
+The peak resident set it reports is this evaluation's (64 problems, one generate call). Where the
+KV cache grows through many longer calls, each larger block is new memory that the freed smaller
+ones cannot serve, and the kept heap holds far more: a list_functions screening run's process (128
+rows a call, 500 problems) held gigabytes more while it evaluated, and two such runs side by side
+came close to exhausting a 24 GiB machine. So no driver of this repository sets it.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ import sys
 from pathlib import Path
 
 from podsrl.checkpoint import write_atomic
-from task_selection import KEPT_HEAP as KEEP  # the settings the screening runs take
 
 ROOT = Path(__file__).resolve().parent.parent
+KEEP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 * 2**30)}
 EVAL = ["configs/screening_gym.yaml", "task.dataset=list_functions", "rollout.max_new_tokens=64", "threads=1",
         "progress=false"]
 

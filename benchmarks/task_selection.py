@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -68,9 +67,6 @@ CHOOSE = 1
 STEP0 = ROOT / "benchmarks" / "results" / "gym_step0" / "candidates.json"
 LRS = ["1e-5", "3e-5"]
 STEPS, EVAL_EVERY, SEEDS = 60, 5, (0, 1, 2)
-KEPT_HEAP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 * 2**30)}
-"""glibc's heap keeps what it frees in the runs' processes: a fifth of an evaluation's CPU time
-goes to faulting in fresh pages otherwise, for the same completions (``benchmarks/heap.py``)."""
 SETTINGS = ["mode=grpo", "n=8", "m=8", "prompts_per_step=4", f"steps={STEPS}", f"eval_every={EVAL_EVERY}",
             "task.test_size=500", "threads=1", "progress=false"]
 
@@ -133,7 +129,7 @@ def train(candidate: str, lr: str, seed: int) -> tuple[bool, str]:
         spec = CANDIDATES[candidate]
         cmd = [sys.executable, "-m", "podsrl", "train", *([spec] if isinstance(spec, str) else spec), *SETTINGS, f"lr={lr}",
                f"seed={seed}", f"output_dir={out}", "save_every=10", f"resume={str(resume).lower()}"]
-        done = subprocess.run(cmd, cwd=ROOT, env=os.environ | KEPT_HEAP, capture_output=True, text=True)
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
             return False, f"{candidate} lr={lr} seed={seed}: the run failed (exit code {done.returncode}): {said}"
