@@ -28,9 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from podsrl.checkpoint import write_atomic
@@ -44,15 +44,19 @@ EVAL = ["configs/screening_gym.yaml", "task.dataset=list_functions", "rollout.ma
 def measure(problems: int, overrides: list[str], heap: dict[str, str]) -> dict:
     """One ``podsrl eval`` in a child process: its resource usage and its completions."""
     env = {k: v for k, v in os.environ.items() if k not in KEEP} | heap
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "podsrl", "eval", *EVAL, f"task.test_size={problems}",
-                           f"log_completions={problems}", *overrides], cwd=ROOT, env=env, capture_output=True, text=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        sys.exit(f"podsrl eval failed (exit code {done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"faults": after.ru_minflt - before.ru_minflt, "system_s": after.ru_stime - before.ru_stime,
-            "user_s": after.ru_utime - before.ru_utime, "peak_rss_mib": after.ru_maxrss / 1024,
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, "-m", "podsrl", "eval", *EVAL, f"task.test_size={problems}",
+                                  f"log_completions={problems}", *overrides], cwd=ROOT, env=env, stdout=out, stderr=err)
+        # this child's own usage: RUSAGE_CHILDREN's peak resident set is the largest of all children so far
+        _, status, usage = os.wait4(child.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if code != 0:
+        sys.exit(f"podsrl eval failed (exit code {code}): {stderr.strip().splitlines()[-1:]}")
+    report = json.loads(stdout.strip().splitlines()[-1])
+    return {"faults": usage.ru_minflt, "system_s": usage.ru_stime, "user_s": usage.ru_utime,
+            "peak_rss_mib": usage.ru_maxrss / 1024,
             "accuracy": report["accuracy"], "completions": [s["completion"] for s in report["completions"]]}
 
 
