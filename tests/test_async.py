@@ -286,7 +286,7 @@ def sampled_by(c, weights_dir: str, step: int, adapter: Path | None = None) -> l
 
     torch.set_num_threads(1)
     tokenizer = models.load_tokenizer(weights_dir)
-    model = models.load_model(weights_dir)
+    model = models.load_model(weights_dir, load_in_4bit=c.model.load_in_4bit)
     if c.model.lora_r:
         model = models.add_lora(model, c.model.lora_r, c.model.lora_alpha, c.model.lora_dropout, c.model.lora_target_modules)
         if adapter is not None:
@@ -354,14 +354,24 @@ def test_the_lora_adapter_alone_reaches_the_worker(tiny_config, tiny_model_dir, 
 
 
 @pytest.mark.slow
-def test_a_4_bit_base_under_lora_trains_at_a_lag(tiny_config):
+def test_a_4_bit_base_under_lora_trains_at_a_lag(tiny_config, tmp_path):
     """QLoRA (bitsandbytes' CPU kernels, on the embedded model: the tiny one is too narrow for them):
-    the worker loads the same 4-bit base with the adapter and samples from the adapter it receives."""
-    out = train(tiny_config(*ASYNC, "model.name_or_path=smollm2", "model.load_in_4bit=true", "model.lora_r=4",
-                            "model.lora_alpha=8", "lr=5e-3", "steps=3"))
-    rows = {r["step"]: r for r in read_metrics(out) if "async/lag" in r}
+    the worker loads the same 4-bit base; step 1 is sampled from the policy it trains, and step 3's
+    rollouts are those the 4-bit base under the adapter after update 1 samples, not the base's."""
+    run = tmp_path / "run"
+    config = lambda *extra: tiny_config(*ASYNC, "model.name_or_path=smollm2", "model.load_in_4bit=true",
+                                        "model.lora_r=4", "model.lora_alpha=8", "lr=5e-3", "log_completions=8",
+                                        f"output_dir={run}", *extra)
+    train(config("steps=1"))
+    shutil.copytree(run / "checkpoints" / "step-000001" / "model", tmp_path / "adapter-1")
+    train(config("steps=3", "resume=true"))
+    rows = {r["step"]: r for r in read_metrics(run) if "async/lag" in r}
     assert [rows[t]["async/lag"] for t in (1, 2, 3)] == [0, 1, 1]
-    assert all(0 < rows[t]["sampling_ratio_min"] <= rows[t]["sampling_ratio_max"] < 10 for t in (1, 2, 3))
+    assert rows[1]["sampling_ratio_min"] == pytest.approx(1.0, abs=1e-3)
+    assert rows[1]["sampling_ratio_max"] == pytest.approx(1.0, abs=1e-3)
+    c = config("steps=3")
+    after = sampled_by(c, "smollm2", 3, adapter=tmp_path / "adapter-1")
+    assert logged(run)[3] == after and after != sampled_by(c, "smollm2", 3)
 
 
 @pytest.mark.parametrize("iterations", ["num_iterations=1", "num_iterations=2"])
