@@ -202,7 +202,7 @@ def command(comparison: str, task: str, lr) -> list[str]:
     seeds = list(spec["seeds"])
     # every comparison's options; its clock and jobs its own (default: the CPU clock, two runs at a time)
     common = ["--steps", str(STEPS), "--eval-every", "5", "--clock", spec.get("clock", "cpu"), "--keep", "metrics",
-              "--save-every", "10", "--jobs", str(spec.get("jobs", 2))]
+              "--save-every", "5", "--jobs", str(spec.get("jobs", 2))]
     return ["podsrl", "compare", str(out / "task.yaml"), "mode=pods", f"lr={lr}", f"threads={spec.get('threads', 1)}",
             "task.test_size=500", "prompts_per_step=4", *spec["overrides"], "--methods", spec["methods"], "--seeds",
             str(len(seeds)), "--first-seed", str(seeds[0]), "--reference", spec["reference"], *common, "--out", str(out)]

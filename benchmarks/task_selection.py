@@ -113,10 +113,10 @@ def curve(candidate: str, lr: str, seed: int) -> dict[int, float] | None:
 
 def train(candidate: str, lr: str, seed: int) -> tuple[bool, str]:
     """One run; its metrics and config are copied under RESULTS, the rest is deleted. A run saves a
-    checkpoint every 10 steps, and a rerun of the driver resumes it from there (past a last metrics
-    line cut short by a kill, as the trainer does); a run that another process is training (an
-    earlier driver's) is waited for, then taken as it ended. Returns whether it finished, and a
-    line saying how it went."""
+    checkpoint at each evaluation (every 5 steps), and a rerun of the driver resumes it from there
+    (past a last metrics line cut short by a kill, as the trainer does); a run that another process
+    is training (an earlier driver's) is waited for, then taken as it ended. Returns whether it
+    finished, and a line saying how it went."""
     if curve(candidate, lr, seed) is not None:
         return True, f"{candidate} lr={lr} seed={seed}: done before"
     out = RUNS / candidate / f"lr{lr}" / f"seed-{seed}"
@@ -128,7 +128,7 @@ def train(candidate: str, lr: str, seed: int) -> tuple[bool, str]:
             shutil.rmtree(out, ignore_errors=True)
         spec = CANDIDATES[candidate]
         cmd = [sys.executable, "-m", "podsrl", "train", *([spec] if isinstance(spec, str) else spec), *SETTINGS, f"lr={lr}",
-               f"seed={seed}", f"output_dir={out}", "save_every=10", f"resume={str(resume).lower()}"]
+               f"seed={seed}", f"output_dir={out}", "save_every=5", f"resume={str(resume).lower()}"]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]

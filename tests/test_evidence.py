@@ -138,7 +138,7 @@ def test_the_confirmation_settings_are_fixed():
     assert (b["methods"], b["reference"]) == (evidence.COMPARISONS["b"]["methods"], "grpo-ga")
     cmd = evidence.command("confirm-a", "arithmetic_2digit", 1e-05)
     assert " ".join(cmd).endswith("--methods grpo,pods,pods-random:rule=random --seeds 8 --first-seed 8 --reference grpo "
-                                  "--steps 60 --eval-every 5 --clock cpu --keep metrics --save-every 10 --jobs 2 --out "
+                                  "--steps 60 --eval-every 5 --clock cpu --keep metrics --save-every 5 --jobs 2 --out "
                                   f"{REPO}/benchmarks/results/evidence_confirm_a_arithmetic_2digit")
     assert cmd[3:9] == ["mode=pods", "lr=1e-05", "threads=1", "task.test_size=500", "prompts_per_step=4", "n=32"]
     # the targets: what meets them and what does not
