@@ -83,6 +83,8 @@ STEP0_CANDIDATES = ROOT / "benchmarks" / "results" / "gym_step0" / "candidates.j
 CONFIGS = {"arithmetic_2digit": "configs/arithmetic_2digit.yaml", "letter_counting": "configs/gym_letter_counting.yaml",
            "chain_sum": "configs/gym_chain_sum.yaml"}
 STEPS = 60
+EVAL_EVERY = 5
+"""Steps between held-out evaluations; each run saves a checkpoint at each one, to resume from."""
 Q = 0.9
 """The fraction of the reference's gain the robust measures time a method to (fixed before the confirmation)."""
 WINDOW = 3
@@ -201,8 +203,8 @@ def command(comparison: str, task: str, lr) -> list[str]:
     spec, out = COMPARISONS[comparison], folder(comparison, task)
     seeds = list(spec["seeds"])
     # every comparison's options; its clock and jobs its own (default: the CPU clock, two runs at a time)
-    common = ["--steps", str(STEPS), "--eval-every", "5", "--clock", spec.get("clock", "cpu"), "--keep", "metrics",
-              "--save-every", "5", "--jobs", str(spec.get("jobs", 2))]
+    common = ["--steps", str(STEPS), "--eval-every", str(EVAL_EVERY), "--clock", spec.get("clock", "cpu"),
+              "--keep", "metrics", "--save-every", str(EVAL_EVERY), "--jobs", str(spec.get("jobs", 2))]
     return ["podsrl", "compare", str(out / "task.yaml"), "mode=pods", f"lr={lr}", f"threads={spec.get('threads', 1)}",
             "task.test_size=500", "prompts_per_step=4", *spec["overrides"], "--methods", spec["methods"], "--seeds",
             str(len(seeds)), "--first-seed", str(seeds[0]), "--reference", spec["reference"], *common, "--out", str(out)]

@@ -128,7 +128,7 @@ def train(candidate: str, lr: str, seed: int) -> tuple[bool, str]:
             shutil.rmtree(out, ignore_errors=True)
         spec = CANDIDATES[candidate]
         cmd = [sys.executable, "-m", "podsrl", "train", *([spec] if isinstance(spec, str) else spec), *SETTINGS, f"lr={lr}",
-               f"seed={seed}", f"output_dir={out}", "save_every=5", f"resume={str(resume).lower()}"]
+               f"seed={seed}", f"output_dir={out}", f"save_every={EVAL_EVERY}", f"resume={str(resume).lower()}"]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]

@@ -301,15 +301,21 @@ def sampled_by(c, weights_dir: str, step: int, adapter: Path | None = None) -> l
         scorer.close()
 
 
+def three_steps_keeping_update_1(config, run: Path, keep: Path) -> None:
+    """Train steps 1-3 of ``config`` (a factory of configs writing into ``run``), stopped after
+    step 1 and resumed, and copy the weights after update 1 (with LoRA: the adapter) to ``keep``."""
+    train(config("steps=1"))
+    shutil.copytree(run / "checkpoints" / "step-000001" / "model", keep)
+    train(config("steps=3", "resume=true"))
+
+
 def test_each_steps_rollouts_are_those_its_policy_version_samples(tiny_config, tiny_model_dir, tmp_path):
     """At k = 1 (threads = 1 on both sides), the worker's rollouts of steps 1 and 2 are the
     synchronous sampler's from the base weights, and those of step 3 its sampling from the weights
     after update 1: the lag is exactly one update, and the weights reach the worker whole."""
     run = tmp_path / "run"
     config = lambda *extra: tiny_config(*ASYNC, f"output_dir={run}", "log_completions=8", *extra)
-    train(config("steps=1"))
-    shutil.copytree(run / "checkpoints" / "step-000001" / "model", tmp_path / "after-update-1")
-    train(config("steps=3", "resume=true"))
+    three_steps_keeping_update_1(config, run, tmp_path / "after-update-1")
     steps = logged(run)
     c = config("steps=3")
     assert steps[1] == sampled_by(c, tiny_model_dir, 1) and steps[2] == sampled_by(c, tiny_model_dir, 2)
@@ -343,9 +349,7 @@ def test_the_lora_adapter_alone_reaches_the_worker(tiny_config, tiny_model_dir, 
     run = tmp_path / "run"
     config = lambda *extra: tiny_config(*ASYNC, "model.lora_r=4", "model.lora_alpha=8", "lr=5e-2", "log_completions=8",
                                         f"output_dir={run}", *extra)
-    train(config("steps=1"))
-    shutil.copytree(run / "checkpoints" / "step-000001" / "model", tmp_path / "adapter-1")
-    train(config("steps=3", "resume=true"))
+    three_steps_keeping_update_1(config, run, tmp_path / "adapter-1")
     c = config("steps=3")
     after = sampled_by(c, tiny_model_dir, 3, adapter=tmp_path / "adapter-1")
     assert logged(run)[3] == after and after != sampled_by(c, tiny_model_dir, 3)
@@ -362,9 +366,7 @@ def test_a_4_bit_base_under_lora_trains_at_a_lag(tiny_config, tmp_path):
     config = lambda *extra: tiny_config(*ASYNC, "model.name_or_path=smollm2", "model.load_in_4bit=true",
                                         "model.lora_r=4", "model.lora_alpha=8", "lr=5e-3", "log_completions=8",
                                         f"output_dir={run}", *extra)
-    train(config("steps=1"))
-    shutil.copytree(run / "checkpoints" / "step-000001" / "model", tmp_path / "adapter-1")
-    train(config("steps=3", "resume=true"))
+    three_steps_keeping_update_1(config, run, tmp_path / "adapter-1")
     rows = {r["step"]: r for r in read_metrics(run) if "async/lag" in r}
     assert [rows[t]["async/lag"] for t in (1, 2, 3)] == [0, 1, 1]
     assert rows[1]["sampling_ratio_min"] == pytest.approx(1.0, abs=1e-3)
