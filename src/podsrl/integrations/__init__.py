@@ -1,7 +1,12 @@
 """PODS inside other training libraries: ``podsrl.integrations.trl`` (TRL's GRPOTrainer) and
 ``podsrl.integrations.verl`` (verl's v1 trainer)."""
 
+import importlib
+from types import ModuleType
+
 from packaging.version import InvalidVersion, Version
+
+from podsrl.errors import install_hint
 
 
 def supported_range(package: str, supported: tuple[Version, Version]) -> str:
@@ -9,10 +14,10 @@ def supported_range(package: str, supported: tuple[Version, Version]) -> str:
     return f"{package}>={supported[0]},<{supported[1]}"
 
 
-def refuse_unsupported(module: str, package: str, version: str, supported: tuple[Version, Version], hint: str) -> None:
+def refuse_unsupported(module: str, package: str, version: str, supported: tuple[Version, Version]) -> None:
     """Raise ``ImportError`` where ``version`` of ``package`` is outside ``supported`` ([low, high),
-    the versions ``module`` was tested with) or is no version at all; ``hint`` says how to install
-    a supported one."""
+    the versions ``module`` was tested with) or is no version at all, saying how to install a
+    supported one."""
     low, high = supported
     try:
         ok = low <= Version(version) < high
@@ -20,4 +25,18 @@ def refuse_unsupported(module: str, package: str, version: str, supported: tuple
         ok = False
     if not ok:
         raise ImportError(f"{module} supports {supported_range(package, supported)} (the versions it is tested with); "
-                          f"found {package} {version}. Install a supported one: {hint}")
+                          f"found {package} {version}. Install a supported one: {install_hint(package)}")
+
+
+def import_supported(module: str, package: str, supported: tuple[Version, Version], display: str) -> ModuleType:
+    """Import ``package`` for the integration ``module``, refusing (``ImportError``, saying how to
+    install it) where it is missing or outside ``supported``. ``display`` is how the package is
+    written in prose (``TRL``)."""
+    try:
+        imported = importlib.import_module(package)
+    except ModuleNotFoundError as e:
+        if e.name != package:  # the package is there but one of its own imports failed: that error says more
+            raise
+        raise ImportError(f"{module} needs {display} ({supported_range(package, supported)}): {install_hint(package)}") from None
+    refuse_unsupported(module, package, imported.__version__, supported)
+    return imported

@@ -50,30 +50,20 @@ from torch import Tensor
 
 from podsrl.advantages import group_advantages
 from podsrl.downsample import RULES, select
-from podsrl.errors import install_hint
-from podsrl.integrations import refuse_unsupported, supported_range
+from podsrl.integrations import import_supported, refuse_unsupported
 from podsrl.loss_terms import importance_sampling_ratio
 from podsrl.quiet import quiet_known_warnings
 
 SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # tested: [low, high)
-SUPPORTED_TRL_RANGE = supported_range("trl", SUPPORTED_TRL)
-INSTALL_HINT = install_hint("trl")
-
-quiet_known_warnings()  # before TRL imports deepspeed (where installed)
-try:
-    import trl
-except ModuleNotFoundError as e:
-    if e.name != "trl":  # TRL is there but one of its own imports failed: that error says more
-        raise
-    raise ImportError(f"podsrl.integrations.trl needs TRL ({SUPPORTED_TRL_RANGE}): {INSTALL_HINT}") from None
 
 
 def check_trl_version(version: str) -> None:
     """Refuse a TRL version this integration was not tested with: it overrides TRL internals."""
-    refuse_unsupported("podsrl.integrations.trl", "trl", version, SUPPORTED_TRL, INSTALL_HINT)
+    refuse_unsupported("podsrl.integrations.trl", "trl", version, SUPPORTED_TRL)
 
 
-check_trl_version(trl.__version__)
+quiet_known_warnings()  # before TRL imports deepspeed (where installed)
+import_supported("podsrl.integrations.trl", "trl", SUPPORTED_TRL, "TRL")
 
 from transformers import AutoConfig, ProcessorMixin  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402  (after the version check)

@@ -50,29 +50,19 @@ import torch
 from packaging.version import Version
 
 from podsrl.downsample import RULES, select
-from podsrl.errors import install_hint
-from podsrl.integrations import refuse_unsupported, supported_range
+from podsrl.integrations import import_supported, refuse_unsupported
 
 SUPPORTED_VERL = (Version("0.9.1"), Version("0.10"))  # tested: [low, high)
-SUPPORTED_VERL_RANGE = supported_range("verl", SUPPORTED_VERL)
-INSTALL_HINT = install_hint("verl")
 METRICS_PREFIX = "training/pods/"
 _ROOT = "....."  # from trainer.v1.sampler.sampler_kwargs up to the trainer's whole config
-
-try:
-    import verl
-except ModuleNotFoundError as e:
-    if e.name != "verl":  # verl is there but one of its own imports failed: that error says more
-        raise
-    raise ImportError(f"podsrl.integrations.verl needs verl ({SUPPORTED_VERL_RANGE}): {INSTALL_HINT}") from None
 
 
 def check_verl_version(version: str) -> None:
     """Refuse a verl version this integration was not tested with: it builds on verl's replay buffer."""
-    refuse_unsupported("podsrl.integrations.verl", "verl", version, SUPPORTED_VERL, INSTALL_HINT)
+    refuse_unsupported("podsrl.integrations.verl", "verl", version, SUPPORTED_VERL)
 
 
-check_verl_version(verl.__version__)
+import_supported("podsrl.integrations.verl", "verl", SUPPORTED_VERL, "verl")
 
 import transfer_queue as tq  # noqa: E402  (after the version check)
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
