@@ -1,6 +1,8 @@
 """Shared fixtures: a tiny randomly initialised Llama with SmolLM2's tokenizer, and paths."""
 
+import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -58,6 +60,35 @@ def record_then_replay(worker: str, config: str, one: list[str], two: list[str],
     assert first.returncode == 0, first.stderr[-3000:]
     second = launch(config, worker, *two, env={**cpu_env(), "PODSRL_REPLAY_ROLLOUTS": str(rollouts)}, timeout=timeout)
     assert second.returncode == 0, second.stderr[-3000:]
+
+
+def run_showing_stacks(cmd: list[str], timeout: float, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)``, except that a command still running
+    after ``timeout`` seconds fails the test with the stack of every thread of every Python process
+    it started (faulthandler's, on SIGABRT; no core file), not with a bare ``TimeoutExpired``: a
+    test that hangs says where."""
+    import psutil  # accelerate's dependency
+
+    no_core = lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    proc = subprocess.Popen(cmd, env={**(env or os.environ), "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=no_core, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = [proc.pid, *(child.pid for child in psutil.Process(proc.pid).children(recursive=True))]
+        for signum in (signal.SIGABRT, signal.SIGKILL):  # the stacks, then whatever outlived them
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signum)
+            time.sleep(5 if signum == signal.SIGABRT else 0)
+        out, err = proc.communicate()
+        stacks = err[err.find("Fatal Python error"):] if "Fatal Python error" in err else err
+        pytest.fail(f"{' '.join(map(str, cmd))} ran past {timeout} s; its processes' stacks then:\n{stacks[-12000:]}")
+    except BaseException:  # Ctrl-C, say: the command ends with the test
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def cpu_env() -> dict:

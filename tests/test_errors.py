@@ -66,13 +66,15 @@ def test_a_block_without_signals_and_one_off_the_main_thread_run_as_they_are():
 # --------------------------------------------------------------------------- install commands
 
 def test_every_install_command_names_an_extra_pyproject_declares():
-    """Each message naming an extra (install_hint("...") in the source) names one that exists, so
-    the command it gives installs something."""
+    """Each message naming an extra names one that exists, so the command it gives installs
+    something: install_hint("...") in the source, and the integrations' packages (their refusals
+    name the package as the extra)."""
     import re
     import tomllib
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    named = {m for f in (REPO / "src").rglob("*.py") for m in re.findall(r"install_hint\([\"'](\w+)[\"']\)", f.read_text())}
+    calls = r"install_hint\([\"'](\w+)[\"']\)|(?:import_supported|refuse_unsupported)\(\"[\w.]+\", \"(\w+)\""
+    named = {a or b for f in (REPO / "src").rglob("*.py") for a, b in re.findall(calls, f.read_text())}
     assert {"gym", "trl", "verl", "vllm", "qlora"} <= named
     assert named <= set(extras), named - set(extras)
 

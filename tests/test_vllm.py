@@ -19,7 +19,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, free_port, install_command, record_then_replay, save_tiny_llama, subprocess_env
+from conftest import REPO, free_port, install_command, record_then_replay, run_showing_stacks, save_tiny_llama, subprocess_env
 from fake_vllm import FakeLLM
 from podsrl import models
 from podsrl.config import RolloutConfig
@@ -39,8 +39,8 @@ LOGPROB_TOLERANCE = 1e-3
 
 
 def train(*overrides: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "podsrl", "train", "configs/smoke.yaml", *overrides], cwd=REPO,
-                          env=env or subprocess_env(), capture_output=True, text=True, timeout=timeout)
+    return run_showing_stacks([sys.executable, "-m", "podsrl", "train", "configs/smoke.yaml", *overrides], timeout,
+                              env=env or subprocess_env(), cwd=REPO)
 
 
 # --------------------------------------------------------------------------- settings refused
