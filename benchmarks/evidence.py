@@ -178,7 +178,7 @@ def chosen_gym(task: str | None) -> tuple[str, dict]:
         raise PodsError("confirm-gym takes --task NAME: a data set the gym round chose")
     try:
         summary = json.loads(GYM_SELECTION.read_text()) if GYM_SELECTION.is_file() else {}
-        picked = summary.get("chosen") or []
+        picked = summary.get("chosen") or summary.get("settled") or []  # settled: chosen before the last runs end
         if task not in picked:
             raise PodsError(f"--task {task}: the gym round chose " + (", ".join(picked) if picked else "no data set yet")
                             + f" ({GYM_SELECTION.relative_to(ROOT)}; benchmarks/task_selection.py report --round gym)")

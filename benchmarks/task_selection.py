@@ -29,7 +29,10 @@ The second round (``--round gym``), two more tasks for the confirmation, fixed b
 - The runs, the learning rate and the three conditions as above (GRPO only, seeds 0-2).
 - The choice: among the candidates meeting all three, the two with the largest seed-mean gain
   (from step 0 to the peak), ties broken by name; if fewer than two meet them, those that do, and
-  the report says so. Its results go to ``benchmarks/results/task_selection/gym/``.
+  the report says so. Its results go to ``benchmarks/results/task_selection/gym/``. A candidate is
+  chosen before the other candidates' runs finish once nothing they give can change that: fewer
+  than two candidates could rank above it even if every unfinished one met all three conditions
+  with a larger gain (the summary's ``settled``). The confirmation may start on it then.
 - Beside each curve, for reading it only (no condition uses it), the gym round's report gives the
   one-answer level (:func:`one_answer_level`): what giving one answer to every held-out problem
   would score. A curve that rises to it and stays has learned that answer, not the task.
@@ -272,8 +275,12 @@ def report(_args) -> int:
                                                           summary["candidates"][c]["seed_mean"]["gain"]))
                              if eligible and len(finished) == len(CANDIDATES) else None)
     else:  # the largest seed-mean gains, ties by name
-        summary["chosen"] = (sorted(eligible, key=lambda c: (-summary["candidates"][c]["seed_mean"]["gain"], c))[:CHOOSE]
-                             if len(finished) == len(CANDIDATES) else None)
+        ranked = sorted(eligible, key=lambda c: (-summary["candidates"][c]["seed_mean"]["gain"], c))
+        unfinished = len(CANDIDATES) - len(finished)
+        summary["chosen"] = ranked[:CHOOSE] if not unfinished else None
+        # chosen whatever the unfinished candidates' runs give: were each of them to meet all three
+        # and rank above, fewer than CHOOSE would still rank above these
+        summary["settled"] = ranked[:max(0, CHOOSE - unfinished)]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = ["| candidate | lr | curve | start | peak (step) | largest interval / gain | late | gradual | <= 0.9 |"
@@ -293,7 +300,8 @@ def report(_args) -> int:
     if CHOOSE == 1:
         lines.append(f"\nchosen: {summary['chosen'] or 'none yet' if len(finished) < len(CANDIDATES) else summary['chosen'] or 'none meets all three'}")
     elif summary["chosen"] is None:
-        lines.append("\nchosen: none yet")
+        settled = f"; settled, whatever the unfinished runs give: {', '.join(summary['settled'])}" if summary["settled"] else ""
+        lines.append(f"\nchosen: none yet{settled}")
     else:
         short = f" (only {len(summary['chosen'])} of the {CHOOSE} wanted meet all three)" if len(summary["chosen"]) < CHOOSE else ""
         lines.append(f"\nchosen: {', '.join(summary['chosen']) or 'none meets all three'}{short}")

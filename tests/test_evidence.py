@@ -395,6 +395,20 @@ def test_task_selection_gym_round_trains_the_screenings_candidates_and_chooses_t
     summary = json.loads((selection.RESULTS / "summary.json").read_text())
     assert summary["chosen"] == ["b", "a"] and not summary["candidates"]["c"]["meets_all"]
     assert capsys.readouterr().out.strip().endswith("chosen: b, a")
+    # c's last run not finished: b is chosen whatever it gives (c alone could rank above b), a is not
+    # yet (c could take its place); with a's unfinished too, neither is
+    c_last, aside = selection.RESULTS / "c" / "lr1e-5" / "seed-2", tmp_path / "aside"
+    shutil.move(c_last, aside)
+    assert selection.main(["report", "--round", "gym"]) == 0
+    summary = json.loads((selection.RESULTS / "summary.json").read_text())
+    assert summary["chosen"] is None and summary["settled"] == ["b"]
+    assert capsys.readouterr().out.strip().endswith("chosen: none yet; settled, whatever the unfinished runs give: b")
+    (selection.RESULTS / "a" / "lr1e-5" / "seed-2" / "metrics.jsonl").rename(tmp_path / "a-seed-2.jsonl")
+    assert selection.main(["report", "--round", "gym"]) == 0
+    assert json.loads((selection.RESULTS / "summary.json").read_text())["settled"] == []
+    assert capsys.readouterr().out.strip().endswith("chosen: none yet")
+    (tmp_path / "a-seed-2.jsonl").rename(selection.RESULTS / "a" / "lr1e-5" / "seed-2" / "metrics.jsonl")
+    shutil.move(aside, c_last)
     # one candidate left meeting the conditions: it alone, said so
     for seed in (0, 1, 2):
         shutil.copy(selection.RESULTS / "c" / "lr1e-5" / f"seed-{seed}" / "metrics.jsonl",
@@ -584,6 +598,16 @@ def test_confirm_gym_trains_grpo_and_pods_on_a_chosen_data_set_with_its_settings
 ])
 def test_confirm_gym_without_a_chosen_data_set_is_one_line(evidence, gym_round, capsys, args, message):
     one_line(evidence.main(args), capsys.readouterr().err, message)
+
+
+def test_confirm_gym_runs_on_a_data_set_settled_before_the_last_screening_runs_end(evidence, gym_round, monkeypatch,
+                                                                                   capsys):
+    (gym_round / "task_selection" / "gym" / "summary.json").write_text(json.dumps(
+        {"chosen": None, "settled": ["dice"], "candidates": {"dice": {"lr": "3e-5"}, "gcd": {"lr": "1e-5"}}}))
+    calls = []
+    monkeypatch.setattr(evidence.subprocess, "run", lambda cmd, cwd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    assert evidence.main(["confirm-gym", "--task", "dice"]) == 0 and len(calls) == 1
+    one_line(evidence.main(["confirm-gym", "--task", "gcd"]), capsys.readouterr().err, "--task gcd: the gym round chose dice")
 
 
 def test_confirm_gym_before_the_gym_round_has_chosen_is_one_line(evidence, gym_round, capsys):
