@@ -9,6 +9,7 @@ their confirmation on fresh seeds, with statistics fixed before its first run.
     python benchmarks/evidence.py confirm-b8 # (b) on seeds 8-15: GRPO-GA 13-15 trained, the rest taken
     python benchmarks/evidence.py confirm-c  # on the wall clock: GRPO vs PODS and GRPO at async_lag=1, seeds 16-23, one run at a time
     python benchmarks/evidence.py confirm-gym --task NAME   # (a)'s GRPO and PODS on a data set the gym round chose, seeds 8-15
+    python benchmarks/evidence.py confirm-gym --task NAME --jobs 1   # any CPU-clock comparison, one run at a time
     python benchmarks/evidence.py report a   # figures, targets, per-seed tables: report.md (also b, confirm-a, confirm-b)
 
 All read the chosen task and its learning rate from benchmarks/results/task_selection/summary.json
@@ -198,20 +199,27 @@ def folder(comparison: str, task: str) -> Path:
     return ROOT / "benchmarks" / "results" / f"evidence_{comparison.replace('-', '_')}_{task}"
 
 
-def command(comparison: str, task: str, lr) -> list[str]:
-    """The ``podsrl compare`` invocation (after ``python -m``) that trains a comparison's runs."""
+def command(comparison: str, task: str, lr, jobs: int | None = None) -> list[str]:
+    """The ``podsrl compare`` invocation (after ``python -m``) that trains a comparison's runs,
+    ``jobs`` at a time (default: the comparison's own)."""
     spec, out = COMPARISONS[comparison], folder(comparison, task)
     seeds = list(spec["seeds"])
     # every comparison's options; its clock and jobs its own (default: the CPU clock, two runs at a time)
     common = ["--steps", str(STEPS), "--eval-every", str(EVAL_EVERY), "--clock", spec.get("clock", "cpu"),
-              "--keep", "metrics", "--save-every", str(EVAL_EVERY), "--jobs", str(spec.get("jobs", 2))]
+              "--keep", "metrics", "--save-every", str(EVAL_EVERY), "--jobs", str(jobs or spec.get("jobs", 2))]
     return ["podsrl", "compare", str(out / "task.yaml"), "mode=pods", f"lr={lr}", f"threads={spec.get('threads', 1)}",
             "task.test_size=500", "prompts_per_step=4", *spec["overrides"], "--methods", spec["methods"], "--seeds",
             str(len(seeds)), "--first-seed", str(seeds[0]), "--reference", spec["reference"], *common, "--out", str(out)]
 
 
-def run(comparison: str, gym_task: str | None = None) -> int:
+def run(comparison: str, gym_task: str | None = None, jobs: int | None = None) -> int:
     spec = COMPARISONS[comparison]
+    if jobs is not None:
+        if jobs < 1:
+            raise PodsError(f"--jobs must be >= 1, got {jobs}")
+        if spec.get("clock", "cpu") != "cpu":  # a wall clock counts what runs beside a run
+            raise PodsError(f"--jobs: {comparison} times on the wall clock, so it trains {spec.get('jobs', 2)} run(s) "
+                            "at a time, always")
     if spec.get("gym"):  # the data set and its config from the gym round, the rest as confirm-a's
         (task, settings), lr = chosen_gym(gym_task), chosen()[1]
     else:
@@ -226,7 +234,7 @@ def run(comparison: str, gym_task: str | None = None) -> int:
         reuse_runs(folder(spec["pods_from"], task), out, spec["seeds"])
     if spec.get("ga_from"):  # and the GRPO-GA runs of those seeds that another comparison trained
         reuse_runs(folder(spec["ga_from"], task), out, spec["seeds"], "grpo-ga")
-    cmd = command(comparison, task, lr)
+    cmd = command(comparison, task, lr, jobs)
     print(" ".join(cmd), flush=True)
     return subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT).returncode
 
@@ -398,7 +406,7 @@ def _figures(comparison: str, out: Path, methods: list[str], reference: str, don
                    "split is in wall seconds too (generation on the worker, beside the update, at a lag), "
                    if on_wall else "Step CPU s: the training process's CPU seconds a step (evaluation excluded); the "
                    "generation and update split is in wall seconds, ")
-              + ("two runs at a time on the machine's two cores (compare --jobs 2, threads=1 each)." if spec.get("jobs", 2) > 1
+              + ("two runs at a time on the machine's two cores (threads=1 each)." if spec.get("jobs", 2) > 1
                  else "one run at a time with the machine to itself."), "",
               "Seed-mean held-out accuracy at each evaluation (the curves against optimizer steps):", "",
               "| step | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
@@ -427,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("what", choices=[*sorted(COMPARISONS), "report"])
     parser.add_argument("comparison", nargs="?", choices=sorted(COMPARISONS), default="a", help="which comparison report reads")
     parser.add_argument("--task", help="confirm-gym: the data set (one the gym round chose)")
+    parser.add_argument("--jobs", type=int, help="runs at a time (default 2), where the comparison times on the CPU "
+                        "clock: each run's CPU seconds, at one thread, do not depend on what runs beside it")
     args = parser.parse_args(argv)
     which = args.comparison if args.what == "report" else args.what
     if args.task and not COMPARISONS[which].get("gym"):
@@ -435,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         out = folder(which, chosen_gym(args.task)[0]) if COMPARISONS[which].get("gym") else None
         print(report(which, out), end="")
         return 0
-    return run(args.what, args.task)
+    return run(args.what, args.task, args.jobs)
 
 
 if __name__ == "__main__":

@@ -590,6 +590,20 @@ def test_confirm_gym_trains_grpo_and_pods_on_a_chosen_data_set_with_its_settings
     assert "steps" not in task and "eval_every" not in task
 
 
+def test_a_cpu_clock_comparison_trains_jobs_runs_at_a_time_and_a_wall_clock_one_refuses_jobs(evidence, gym_round,
+                                                                                              monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(evidence.subprocess, "run", lambda cmd, cwd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    assert evidence.main(["confirm-gym", "--task", "dice", "--jobs", "1"]) == 0
+    assert evidence.main(["confirm-gym", "--task", "dice"]) == 0
+    assert [cmd[cmd.index("--jobs") + 1] for cmd in calls] == ["1", "2"]
+    one_line(evidence.main(["confirm-c", "--jobs", "2"]), capsys.readouterr().err,
+             "--jobs: confirm-c times on the wall clock, so it trains 1 run(s) at a time, always")
+    one_line(evidence.main(["confirm-gym", "--task", "dice", "--jobs", "0"]), capsys.readouterr().err,
+             "--jobs must be >= 1, got 0")
+    assert len(calls) == 2
+
+
 @pytest.mark.parametrize("args,message", [
     (["confirm-gym"], "confirm-gym takes --task NAME"),
     (["confirm-gym", "--task", "lcm"], "--task lcm: the gym round chose dice, gcd"),
