@@ -73,7 +73,7 @@ def test_every_install_command_names_an_extra_pyproject_declares():
     import tomllib
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    calls = r"install_hint\([\"'](\w+)[\"']\)|(?:import_supported|refuse_unsupported)\(\"[\w.]+\", \"(\w+)\""
+    calls = r"install_hint\([\"'](\w+)[\"']\)|(?:import_required|refuse_unsupported)\(\"[\w.]+\", \"(\w+)\""
     named = {a or b for f in (REPO / "src").rglob("*.py") for a, b in re.findall(calls, f.read_text())}
     assert {"gym", "trl", "verl", "vllm", "qlora"} <= named
     assert named <= set(extras), named - set(extras)

@@ -28,15 +28,13 @@ def refuse_unsupported(module: str, package: str, version: str, supported: tuple
                           f"found {package} {version}. Install a supported one: {install_hint(package)}")
 
 
-def import_supported(module: str, package: str, supported: tuple[Version, Version], display: str) -> ModuleType:
-    """Import ``package`` for the integration ``module``, refusing (``ImportError``, saying how to
-    install it) where it is missing or outside ``supported``. ``display`` is how the package is
-    written in prose (``TRL``)."""
+def import_required(module: str, package: str, supported: tuple[Version, Version], display: str) -> ModuleType:
+    """Import ``package`` for the integration ``module``; where it is missing, an ``ImportError``
+    saying which versions to install and how. ``display`` is how the package is written in prose
+    (``TRL``). The caller checks the version it finds (:func:`refuse_unsupported`)."""
     try:
-        imported = importlib.import_module(package)
+        return importlib.import_module(package)
     except ModuleNotFoundError as e:
         if e.name != package:  # the package is there but one of its own imports failed: that error says more
             raise
         raise ImportError(f"{module} needs {display} ({supported_range(package, supported)}): {install_hint(package)}") from None
-    refuse_unsupported(module, package, imported.__version__, supported)
-    return imported

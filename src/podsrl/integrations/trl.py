@@ -50,7 +50,7 @@ from torch import Tensor
 
 from podsrl.advantages import group_advantages
 from podsrl.downsample import RULES, select
-from podsrl.integrations import import_supported, refuse_unsupported
+from podsrl.integrations import import_required, refuse_unsupported
 from podsrl.loss_terms import importance_sampling_ratio
 from podsrl.quiet import quiet_known_warnings
 
@@ -63,7 +63,7 @@ def check_trl_version(version: str) -> None:
 
 
 quiet_known_warnings()  # before TRL imports deepspeed (where installed)
-import_supported("podsrl.integrations.trl", "trl", SUPPORTED_TRL, "TRL")
+check_trl_version(import_required("podsrl.integrations.trl", "trl", SUPPORTED_TRL, "TRL").__version__)
 
 from transformers import AutoConfig, ProcessorMixin  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402  (after the version check)

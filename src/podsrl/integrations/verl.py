@@ -50,7 +50,7 @@ import torch
 from packaging.version import Version
 
 from podsrl.downsample import RULES, select
-from podsrl.integrations import import_supported, refuse_unsupported
+from podsrl.integrations import import_required, refuse_unsupported
 
 SUPPORTED_VERL = (Version("0.9.1"), Version("0.10"))  # tested: [low, high)
 METRICS_PREFIX = "training/pods/"
@@ -62,7 +62,7 @@ def check_verl_version(version: str) -> None:
     refuse_unsupported("podsrl.integrations.verl", "verl", version, SUPPORTED_VERL)
 
 
-import_supported("podsrl.integrations.verl", "verl", SUPPORTED_VERL, "verl")
+check_verl_version(import_required("podsrl.integrations.verl", "verl", SUPPORTED_VERL, "verl").__version__)
 
 import transfer_queue as tq  # noqa: E402  (after the version check)
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
