@@ -76,11 +76,15 @@ def run_showing_stacks(cmd: list[str], timeout: float, env: dict | None = None, 
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         tree = [proc.pid, *(child.pid for child in psutil.Process(proc.pid).children(recursive=True))]
-        for signum in (signal.SIGABRT, signal.SIGKILL):  # the stacks, then whatever outlived them
+
+        def signal_tree(signum):
             for pid in tree:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signum)
-            time.sleep(5 if signum == signal.SIGABRT else 0)
+
+        signal_tree(signal.SIGABRT)  # each process writes its stacks and ends
+        time.sleep(5)
+        signal_tree(signal.SIGKILL)  # whatever outlived that
         out, err = proc.communicate()
         stacks = err[err.find("Fatal Python error"):] if "Fatal Python error" in err else err
         pytest.fail(f"{' '.join(map(str, cmd))} ran past {timeout} s; its processes' stacks then:\n{stacks[-12000:]}")
