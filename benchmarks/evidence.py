@@ -55,7 +55,7 @@ final level, the mean of its seed-mean curve's last three evaluations (:data:`TA
 - confirm-gym (issue 62; fixed before any PODS run on these tasks): on each of the data sets the
   gym round of benchmarks/task_selection.py chose by GRPO's curve alone
   (``task_selection/gym/summary.json``), with the screening's config (configs/screening_gym.yaml,
-  its completion length) and otherwise the two-digit confirmation's settings, its learning rate
+  its completion length, its rows a generate call where the screening set them) and otherwise the two-digit confirmation's settings, its learning rate
   included (the first round's, as confirm-a): GRPO (n = 8) against PODS (n = 32, m = 8), seeds 8-15. Target per task: PODS's optimizer steps to
   90% of GRPO's gain at most 0.7x GRPO's, the interval's upper end below 1.0. Reported beside it:
   the CPU-clock speed-up, the same ratio at 80% and 95% of the gain, and (in the summary that podsrl
@@ -174,7 +174,8 @@ def chosen() -> tuple[str, str]:
 
 def chosen_gym(task: str | None) -> tuple[str, dict]:
     """A data set the gym round chose: its name and its settings (the screening config with the data
-    set and the screening's completion length)."""
+    set, the screening's completion length, and its rows a generate call where its screening runs
+    set them)."""
     if not task:
         raise PodsError("confirm-gym takes --task NAME: a data set the gym round chose")
     try:
@@ -185,12 +186,16 @@ def chosen_gym(task: str | None) -> tuple[str, dict]:
                             + f" ({GYM_SELECTION.relative_to(ROOT)}; benchmarks/task_selection.py report --round gym)")
         rows = json.loads(STEP0_CANDIDATES.read_text())["rows"]
         tokens = next(r["max_new_tokens"] for r in rows if r["dataset"] == task)
-    except (OSError, ValueError, AttributeError, KeyError, TypeError, StopIteration) as e:
-        raise PodsError(f"the gym round's summary or the step-0 candidates do not hold {task!r}'s "
+        screened = GYM_SELECTION.parent / task / f"lr{summary['candidates'][task]['lr']}" / "seed-0" / "config.yaml"
+        batch_size = yaml.safe_load(screened.read_text())["rollout"]["batch_size"]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError, StopIteration, yaml.YAMLError) as e:
+        raise PodsError(f"the gym round's summary, its screening runs or the step-0 candidates do not hold {task!r}'s "
                         f"settings ({type(e).__name__}: {e})") from None
     settings = yaml.safe_load((ROOT / "configs" / "screening_gym.yaml").read_text())
     settings["task"]["dataset"] = task
     settings.setdefault("rollout", {})["max_new_tokens"] = tokens
+    if batch_size is not None:  # the rows a generate call the screening set for long prompts
+        settings["rollout"]["batch_size"] = batch_size
     return task, settings
 
 

@@ -25,7 +25,8 @@ The second round (``--round gym``), two more tasks for the confirmation, fixed b
 - Candidates: the reasoning-gym data sets at their default settings that the step-0 screening
   chose (``benchmarks/gym_step0.py --all``; its ``candidates.json``: pass@1 0.05-0.50 on 500
   held-out problems, at most the 6 closest to 0.25), each from ``configs/screening_gym.yaml`` with
-  its data set and the screening's completion length (:func:`gym_candidates`).
+  its data set and the screening's completion length, and fewer rows a generate call where its
+  prompts are long (:func:`gym_candidates`, :data:`LONG_PROMPT_ROWS`).
 - The runs, the learning rate and the three conditions as above (GRPO only, seeds 0-2).
 - The choice: among the candidates meeting all three, the two with the largest seed-mean gain
   (from step 0 to the peak), ties broken by name; if fewer than two meet them, those that do, and
@@ -80,16 +81,30 @@ COST: dict[str, float] = {}
 so that its last runs are short and the jobs end close together. The gym round's only."""
 
 
+LONG_PROMPT_TOKENS, LONG_PROMPT_ROWS = 1024, 32
+"""A gym candidate whose longest step-0 prompt runs past ``LONG_PROMPT_TOKENS`` tokens generates
+``LONG_PROMPT_ROWS`` rows a call (``rollout.batch_size``) instead of the CPU's default 128. An
+evaluation's resident memory grows by about 100 MB a row at 1,610 tokens (rectangle_count's longest
+prompts, one thread: 0.45 GB with the model loaded, 2.06 GB at 8 rows, 2.88 GB at 16), so at 128
+rows one run's evaluation outgrew a 24 GB machine beside another run. It changes how the held-out
+prompts are batched, not the settings of a step (whose 4 prompts x 8 rollouts fit one call either
+way). Set before any of rectangle_count's runs had an evaluation; the other candidates' prompts end
+by 452 tokens."""
+
+
 def gym_candidates() -> dict[str, list[str]]:
     """The gym round's candidates from the step-0 screening: name -> the screening config with the
-    data set and its completion length (and :data:`COST` from the screening's rows)."""
+    data set, its completion length and, for long prompts, its rows a call (:data:`LONG_PROMPT_ROWS`);
+    and :data:`COST` from the screening's rows."""
     if not STEP0.is_file():
         raise PodsError(f"{STEP0} does not exist: the step-0 screening (benchmarks/gym_step0.py --all, then --candidates) "
                         "has not finished")
     screening = json.loads(STEP0.read_text())
-    tokens = {r["dataset"]: r["max_new_tokens"] for r in screening["rows"] if "max_new_tokens" in r}
+    rows = {r["dataset"]: r for r in screening["rows"] if "max_new_tokens" in r}
     COST.update({r["dataset"]: r["generation_s"] for r in screening["rows"] if "generation_s" in r})
-    return {name: ["configs/screening_gym.yaml", f"task.dataset={name}", f"rollout.max_new_tokens={tokens[name]}"]
+    return {name: ["configs/screening_gym.yaml", f"task.dataset={name}", f"rollout.max_new_tokens={rows[name]['max_new_tokens']}",
+                   *([f"rollout.batch_size={LONG_PROMPT_ROWS}"]
+                     if rows[name].get("longest_prompt_tokens", 0) > LONG_PROMPT_TOKENS else [])]
             for name in screening["screened"]}
 
 

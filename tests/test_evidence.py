@@ -359,7 +359,8 @@ def test_task_selection_damaged_metrics_line_is_one_line(selection, capsys):
 def test_task_selection_gym_round_trains_the_screenings_candidates_and_chooses_two_by_gain(selection, tmp_path,
                                                                                            monkeypatch, capsys):
     step0 = tmp_path / "candidates.json"
-    rows = [{"dataset": name, "max_new_tokens": tokens, "pass@1": 0.2} for name, tokens in [("a", 16), ("b", 32), ("c", 16)]]
+    rows = [{"dataset": name, "max_new_tokens": tokens, "pass@1": 0.2, "longest_prompt_tokens": longest}
+            for name, tokens, longest in [("a", 16, 1024), ("b", 32, 300), ("c", 16, 1025)]]
     step0.write_text(json.dumps({"screened": ["a", "b", "c"], "rows": rows}))
     monkeypatch.setattr(selection, "STEP0", step0)
     commands = []
@@ -379,6 +380,10 @@ def test_task_selection_gym_round_trains_the_screenings_candidates_and_chooses_t
     assert selection.main(["run", "--round", "gym", "--stage", "both", "--jobs", "1"]) == 0
     assert len(commands) == 9  # 3 candidates: seed 0 at the one rate, then seeds 1 and 2
     assert commands[1][4:7] == ["configs/screening_gym.yaml", "task.dataset=b", "rollout.max_new_tokens=32"]
+    # prompts past 1,024 tokens: 32 rows a generate call, not the CPU's 128
+    spec_of = {next(a for a in cmd if a.startswith("task.dataset=")): cmd for cmd in commands}
+    assert "rollout.batch_size=32" in spec_of["task.dataset=c"] and not any(
+        a.startswith("rollout.batch_size=") for a in spec_of["task.dataset=a"] + spec_of["task.dataset=b"])
     kept = selection.RESULTS / "b" / "lr1e-5" / "seed-2"
     assert selection.RESULTS == tmp_path / "results" / "gym" and (kept / "config.yaml").is_file()
     assert (kept / "podsrl_commit.txt").read_text().split()[:2] == ["c0ffee", "started"]  # the trainer's record, kept
@@ -564,6 +569,10 @@ def gym_round(evidence, tmp_path, monkeypatch):
         {"chosen": ["dice", "gcd"], "candidates": {"dice": {"lr": "3e-5"}, "gcd": {"lr": "1e-5"}, "lcm": {"lr": "1e-5"}}}))
     (results / "gym_step0" / "candidates.json").write_text(json.dumps(
         {"rows": [{"dataset": "dice", "max_new_tokens": 32}, {"dataset": "gcd", "max_new_tokens": 16}]}))
+    for name, lr, rows in [("dice", "3e-5", 32), ("gcd", "1e-5", None)]:  # their screening runs' configs (seed 0)
+        run = results / "task_selection" / "gym" / name / f"lr{lr}" / "seed-0"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(yaml.safe_dump({"rollout": {"max_new_tokens": 8, "batch_size": rows}}))
     (tmp_path / "configs").mkdir()
     shutil.copy(REPO / "configs" / "screening_gym.yaml", tmp_path / "configs")
     monkeypatch.setattr(evidence, "ROOT", tmp_path)
@@ -587,7 +596,10 @@ def test_confirm_gym_trains_grpo_and_pods_on_a_chosen_data_set_with_its_settings
     assert "lr=3e-5" not in cmd and {"lr=1e-5", "threads=1", "n=32", "m=8", "prompts_per_step=4", "task.test_size=500"} <= set(cmd)
     task = yaml.safe_load((out / "task.yaml").read_text())
     assert task["task"]["dataset"] == "dice" and task["rollout"]["max_new_tokens"] == 32 and task["task"]["name"] == "gym"
+    assert task["rollout"]["batch_size"] == 32  # the rows a call its screening runs had (its prompts are long)
     assert "steps" not in task and "eval_every" not in task
+    assert evidence.main(["confirm-gym", "--task", "gcd"]) == 0  # screened at the default rows a call: none set
+    assert "batch_size" not in yaml.safe_load((gym_round / "evidence_confirm_gym_gcd" / "task.yaml").read_text())["rollout"]
 
 
 def test_a_cpu_clock_comparison_trains_jobs_runs_at_a_time_and_a_wall_clock_one_refuses_jobs(evidence, gym_round,
