@@ -55,8 +55,9 @@ final level, the mean of its seed-mean curve's last three evaluations (:data:`TA
 - confirm-gym (issue 62; fixed before any PODS run on these tasks): on each of the data sets the
   gym round of benchmarks/task_selection.py chose by GRPO's curve alone
   (``task_selection/gym/summary.json``), with the screening's config (configs/screening_gym.yaml,
-  its completion length, its rows a generate call where the screening set them) and otherwise the two-digit confirmation's settings, its learning rate
-  included (the first round's, as confirm-a): GRPO (n = 8) against PODS (n = 32, m = 8), seeds 8-15. Target per task: PODS's optimizer steps to
+  its completion length, its rows a generate call where the screening set them) and otherwise the
+  two-digit confirmation's settings, its learning rate included (the first round's, as confirm-a):
+  GRPO (n = 8) against PODS (n = 32, m = 8), seeds 8-15. Target per task: PODS's optimizer steps to
   90% of GRPO's gain at most 0.7x GRPO's, the interval's upper end below 1.0. Reported beside it:
   the CPU-clock speed-up, the same ratio at 80% and 95% of the gain, and (in the summary that podsrl
   compare writes) the per-seed geometric mean. Its folder: ``evidence_confirm_gym_<data set>``.
