@@ -181,3 +181,36 @@ def test_each_completion_is_told_whether_it_was_cut_at_the_length_limit():
     scores.add(0, ["so 12", "so 12", "so 12", "so 12"], [[5, 6, 7], [5, 0], [5, 6, 0], [5]])
     assert seen == [True, False, False, False]
     assert scores.result().rewards.tolist() == [[0.0, 1.0, 1.0, 1.0]]
+
+
+HELD_AFTER_FREE = """
+import re
+from podsrl.rewards.pool import RewardPool
+
+def resident_mib():
+    return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) // 1024
+
+block = b"x" * (1 << 30)  # 1 GiB written, so resident, then freed (the heap keeps it: MALLOC_* below)
+del block
+pool = RewardPool(workers=1)
+try:
+    print(resident_mib(), pool.outcome(pool.submit(resident_mib)))
+finally:
+    pool.close()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap, read in /proc")
+def test_a_forked_worker_gives_back_the_free_heap_it_inherits():
+    """A trainer whose heap keeps what it frees forks its reward workers after an evaluation has
+    freed gigabytes: each worker hands back its copy of those free blocks, so it does not hold them
+    (the pages the trainer then reuses would otherwise be a second copy in every worker)."""
+    import os
+    import subprocess
+
+    env = os.environ | {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 * 2**30)}
+    done = subprocess.run([sys.executable, "-c", HELD_AFTER_FREE], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    trainer, worker = map(int, done.stdout.split())
+    assert trainer >= 1024  # the freed GiB is still the trainer's
+    assert worker < trainer - 768  # and not the worker's
