@@ -214,3 +214,54 @@ def test_a_forked_worker_gives_back_the_free_heap_it_inherits():
     trainer, worker = map(int, done.stdout.split())
     assert trainer >= 1024  # the freed GiB is still the trainer's
     assert worker < trainer - 768  # and not the worker's
+
+
+SIGNALLED_WHILE_CLOSING = """
+import os, signal, time
+from podsrl.errors import Terminated, raise_terminated
+from podsrl.rewards.pool import RewardPool
+
+def running(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+signal.signal(signal.SIGTERM, raise_terminated)
+pool = RewardPool(workers=1)
+worker = pool.outcome(pool.submit(os.getpid))
+stop = pool._pool.stop
+
+def stop_then_signalled():  # the second SIGTERM of a stop arrives while the pool closes
+    stop()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+pool._pool.stop = stop_then_signalled
+try:
+    pool.close()
+    said = "closed"
+except Terminated:
+    said = "terminated"
+deadline = time.monotonic() + 5
+while running(worker) and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(said, worker, "running" if running(worker) else "ended", flush=True)
+os._exit(0)  # not multiprocessing's exit, which joins the workers: a live one would hold it forever
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups, read in /proc")
+def test_a_sigterm_while_the_pool_closes_waits_until_its_workers_have_ended():
+    """A stop can bring two SIGTERMs (a scheduler signals the whole process group, and compare
+    passes the signal on to each run): the second, arriving while the reward pool closes, must not
+    cut the close short and leave a worker alive, which the exiting training process would wait
+    for forever. It takes effect once the pool has closed."""
+    import os
+    import signal
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", SIGNALLED_WHILE_CLOSING], capture_output=True, text=True, timeout=120)
+    said, worker, state = done.stdout.split()
+    if state == "running":
+        os.killpg(int(worker), signal.SIGKILL)
+    assert (said, state) == ("terminated", "ended"), done.stderr

@@ -41,7 +41,7 @@ import time
 
 import torch
 
-from podsrl.errors import PodsError, first_line
+from podsrl.errors import PodsError, first_line, interrupts_deferred
 
 POLL_S = 0.5
 STOP_S = 5.0
@@ -149,19 +149,21 @@ class AsyncSampler:
             torch.save([self.pending[s] for s in range(done + 1, done + self.lag + 1)], f)
 
     def close(self) -> None:
-        """Stop the worker (at the end of a run, on an error, on Ctrl-C)."""
+        """Stop the worker (at the end of a run, on an error, on Ctrl-C). A second Ctrl-C or
+        SIGTERM waits until it has ended, as the reward pool's close does."""
         if self.closed:
             return
-        self.closed = True
-        self.stop.value = 1  # a worker waiting for weights ends at once; one generating, after its step
-        self.process.join(STOP_S)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(10)
+        with interrupts_deferred():
+            self.closed = True
+            self.stop.value = 1  # a worker waiting for weights ends at once; one generating, after its step
+            self.process.join(STOP_S)
             if self.process.is_alive():
-                self.process.kill()
-                self.process.join()
-        self.out.close()
+                self.process.terminate()
+                self.process.join(10)
+                if self.process.is_alive():
+                    self.process.kill()
+                    self.process.join()
+            self.out.close()
 
     # ------------------------------------------------------------------ waiting on the worker
 

@@ -38,7 +38,7 @@ from typing import Any, Callable, NamedTuple
 import pebble
 from pebble import ProcessExpired, ProcessPool
 
-from podsrl.errors import first_line
+from podsrl.errors import first_line, interrupts_deferred
 from podsrl.rewards.answers import verify_answer
 
 log = logging.getLogger(__name__)
@@ -192,11 +192,16 @@ class RewardPool:
         return value
 
     def close(self) -> None:
-        self._pool.stop()
-        self._pool.join(timeout=5)
-        self._end_groups(every=True)
-        os.close(self._pids)
-        os.close(self._pids_w)
+        """Stop the workers and end their groups. Ctrl-C or SIGTERM waits until they are ended
+        (a stop often brings two: a job scheduler signals a whole process group, whose driver passes
+        it on): cut short, the workers would live on, and the training process, which joins its
+        children as it exits, with them."""
+        with interrupts_deferred():
+            self._pool.stop()
+            self._pool.join(timeout=5)
+            self._end_groups(every=True)
+            os.close(self._pids)
+            os.close(self._pids_w)
 
     def _end_groups(self, every: bool = False) -> None:
         """Kill the process groups of the workers that have ended (``every``: of all workers), and
