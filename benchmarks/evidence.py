@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -106,22 +105,12 @@ COMPARISONS = {
                       overrides=["n=32", "m=8"], seeds=range(16, 24), pods_from=None, primary="gain", threads=2,
                       clock="wall", jobs=1),
     "confirm-gym": dict(methods="grpo,pods", reference="grpo", overrides=["n=32", "m=8"], seeds=range(8, 16),
-                        pods_from=None, primary="gain", gym=True, kept_heap=True),
+                        pods_from=None, primary="gain", gym=True),
 }
 """Each comparison: its methods, seeds, reference and overrides; the comparison whose finished
 PODS runs of the same seeds it takes (they have its settings); and the target its pre-registered
 statistics time methods to (``peak``: the paper's, the reference's seed-mean peak; ``gain``: Q of
-the reference's gain). ``kept_heap``: its runs take :data:`KEPT_HEAP`."""
-
-KEPT_HEAP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 * 2**30)}
-"""glibc's tunables (mallopt(3)) under which large blocks come from the heap and freed ones stay
-there. By default a CPU run faults every tensor over 32 MiB in afresh and spends a fifth of its
-CPU time in the kernel doing so (benchmarks/heap.py: 21.5% against 2.8% kept, the same
-completions); kept, a process holds more memory. confirm-gym's runs take it (a list_functions run
-held about 5 GB with the default heap, 6-8 GB kept): it was set when its first two runs (seed 8)
-had trained 4 steps, and they were started again from step 0 under it, so every run of the
-comparison has it and their CPU clocks count the same work. Both runs gave the same step-0
-accuracy and the same rewards, losses and gradient norms at steps 1-4 under either heap."""
+the reference's gain)."""
 
 
 class Target(NamedTuple):
@@ -252,9 +241,8 @@ def run(comparison: str, gym_task: str | None = None, jobs: int | None = None) -
     if spec.get("ga_from"):  # and the GRPO-GA runs of those seeds that another comparison trained
         reuse_runs(folder(spec["ga_from"], task), out, spec["seeds"], "grpo-ga")
     cmd = command(comparison, task, lr, jobs)
-    heap = KEPT_HEAP if spec.get("kept_heap") else {}
-    print(" ".join([*(f"{k}={v}" for k, v in heap.items()), *cmd]), flush=True)
-    return subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT, env=os.environ | heap).returncode
+    print(" ".join(cmd), flush=True)
+    return subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT).returncode
 
 
 def reuse_runs(source: Path, out: Path, seeds, method: str = "pods") -> None:

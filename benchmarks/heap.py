@@ -20,8 +20,8 @@ The peak resident set it reports is this evaluation's (64 problems, one generate
 KV cache grows through many longer calls, each larger block is new memory that the freed smaller
 ones cannot serve, and the kept heap holds far more: a list_functions screening run's process (128
 rows a call, 500 problems) held gigabytes more while it evaluated, and two such runs side by side
-came close to exhausting a 24 GiB machine. So the task-selection driver does not set it;
-``evidence.py confirm-gym`` does, two runs at a time on a machine with swap beside its memory.
+came close to exhausting a 24 GiB machine; two of the list_functions confirmation's runs held
+10.7 and 12.2 GiB by step 10 and exhausted it. So no driver of this repository sets it.
 """
 
 from __future__ import annotations
