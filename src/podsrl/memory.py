@@ -23,7 +23,7 @@ def _rss_kib(field: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _trim_heap() -> None:
+def trim_heap() -> None:
     """glibc's ``malloc_trim(0)``: give freed heap memory back to the system (a no-op elsewhere)."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -46,7 +46,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._start = torch.cuda.memory_allocated(self.device) / 2**20
         else:
-            _trim_heap()
+            trim_heap()
             try:
                 Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
                 self._start = (_rss_kib("VmRSS") or 0) / 1024

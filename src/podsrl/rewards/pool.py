@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import ctypes
 import logging
 import multiprocessing
 import os
@@ -68,20 +67,6 @@ GROUPS = sys.platform.startswith("linux")
 from a later process's)."""
 
 
-def _release_inherited_heap() -> None:
-    """In a forked worker, give back the free blocks of the heap it inherited (glibc's
-    ``malloc_trim``). A training process whose heap keeps what it frees (``MALLOC_MMAP_MAX_=0``,
-    a high ``MALLOC_TRIM_THRESHOLD_``) holds gigabytes of free blocks after an evaluation; a worker
-    forked then would keep its copy of every page that the trainer later reuses, a second copy of
-    that heap per worker. Where the C library is not glibc, nothing is done."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    trim(0)
-
-
 def _worker_init(memory_mb: int = 0, pids_fd: int | None = None) -> None:
     if GROUPS:  # a group of its own, which the processes a reward starts join; the pool learns its id
         os.setpgid(0, 0)
@@ -89,7 +74,12 @@ def _worker_init(memory_mb: int = 0, pids_fd: int | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # die at once when killed, even inside C code
     signal.signal(signal.SIGPROF, signal.SIG_DFL)  # the CPU-time bound: ends the worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle
-    _release_inherited_heap()
+    # the free heap blocks inherited from the training process, given back: where its heap keeps
+    # what it frees (MALLOC_MMAP_MAX_=0, a high MALLOC_TRIM_THRESHOLD_), gigabytes after an
+    # evaluation, of which this worker would keep a copy of every page the trainer reuses
+    from podsrl.memory import trim_heap
+
+    trim_heap()
     os.environ["OMP_NUM_THREADS"] = "1"  # a grade needs no thread pool, and a busy machine stalls one
     if "torch" in sys.modules:  # inherited from the training process with its thread count
         sys.modules["torch"].set_num_threads(1)
