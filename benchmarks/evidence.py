@@ -105,12 +105,14 @@ COMPARISONS = {
                       overrides=["n=32", "m=8"], seeds=range(16, 24), pods_from=None, primary="gain", threads=2,
                       clock="wall", jobs=1),
     "confirm-gym": dict(methods="grpo,pods", reference="grpo", overrides=["n=32", "m=8"], seeds=range(8, 16),
-                        pods_from=None, primary="gain", gym=True),
+                        pods_from=None, primary="gain", gym=True, save_every=1),
 }
 """Each comparison: its methods, seeds, reference and overrides; the comparison whose finished
 PODS runs of the same seeds it takes (they have its settings); and the target its pre-registered
 statistics time methods to (``peak``: the paper's, the reference's seed-mean peak; ``gain``: Q of
-the reference's gain)."""
+the reference's gain). Runs save a checkpoint at every evaluation, or every ``save_every`` steps
+where a comparison sets it: confirm-gym's runs take hours per evaluation interval, so they keep
+every step (a checkpoint changes no result: a resumed run continues exactly)."""
 
 
 class Target(NamedTuple):
@@ -212,7 +214,7 @@ def command(comparison: str, task: str, lr, jobs: int | None = None) -> list[str
     seeds = list(spec["seeds"])
     # every comparison's options; its clock and jobs its own (default: the CPU clock, two runs at a time)
     common = ["--steps", str(STEPS), "--eval-every", str(EVAL_EVERY), "--clock", spec.get("clock", "cpu"),
-              "--keep", "metrics", "--save-every", str(EVAL_EVERY), "--jobs", str(jobs or spec.get("jobs", 2))]
+              "--keep", "metrics", "--save-every", str(spec.get("save_every", EVAL_EVERY)), "--jobs", str(jobs or spec.get("jobs", 2))]
     return ["podsrl", "compare", str(out / "task.yaml"), "mode=pods", f"lr={lr}", f"threads={spec.get('threads', 1)}",
             "task.test_size=500", "prompts_per_step=4", *spec["overrides"], "--methods", spec["methods"], "--seeds",
             str(len(seeds)), "--first-seed", str(seeds[0]), "--reference", spec["reference"], *common, "--out", str(out)]

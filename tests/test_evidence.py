@@ -593,6 +593,7 @@ def test_confirm_gym_trains_grpo_and_pods_on_a_chosen_data_set_with_its_settings
     assert cmd[cmd.index("--out") + 1] == str(out) and cmd[cmd.index("--methods") + 1] == "grpo,pods"
     assert cmd[cmd.index("--first-seed") + 1] == "8" and cmd[cmd.index("--seeds") + 1] == "8"
     assert cmd[cmd.index("--clock") + 1] == "cpu" and cmd[cmd.index("--steps") + 1] == "60"
+    assert cmd[cmd.index("--save-every") + 1] == "1"  # hours between evaluations: a checkpoint every step
     assert "lr=3e-5" not in cmd and {"lr=1e-5", "threads=1", "n=32", "m=8", "prompts_per_step=4", "task.test_size=500"} <= set(cmd)
     task = yaml.safe_load((out / "task.yaml").read_text())
     assert task["task"]["dataset"] == "dice" and task["rollout"]["max_new_tokens"] == 32 and task["task"]["name"] == "gym"
