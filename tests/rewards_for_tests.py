@@ -6,6 +6,13 @@ def varied(completions, completion_ids, **_):
     return [float(sum(ids) % 5) / 4 for ids in completion_ids]
 
 
+def scored_by(completions, **_):
+    """The id of the process that scored each completion: which reward worker it was."""
+    import os
+
+    return [float(os.getpid())] * len(completions)
+
+
 def nan_reward(completions, **_):
     return [float("nan")] * len(completions)
 

@@ -13,8 +13,11 @@ from podsrl.rewards import REWARDS, load_reward
 from podsrl.rewards.scorer import Scorer
 
 
-def score(fns, weights, texts, n, workers=None, timeout=1.0, wall_timeout=None, **columns):
-    """Score ``texts`` (prompt-major, n per prompt) in two chunks, as an engine would hand them."""
+def score(fns, weights, texts, n, workers=None, timeout=30.0, wall_timeout=None, **columns):
+    """Score ``texts`` (prompt-major, n per prompt) in two chunks, as an engine would hand them.
+    The default bound is generous: where a test is not about the bound, a grade must not time out
+    because the machine is busy (sympy's first simplification in a fresh worker took over 2 s of
+    wall time beside two training runs on two cores)."""
     scorer = Scorer(fns, weights, workers, timeout, wall_timeout=wall_timeout or 2 * timeout)
     P = len(texts) // n
     step = scorer.start({"prompts": [f"p{i}" for i in range(P)], **columns}, n)

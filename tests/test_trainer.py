@@ -111,6 +111,29 @@ def test_resume_continues_identically(tiny_config, tmp_path):
         assert x["generated_reward_mean"] == y["generated_reward_mean"] and x["loss"] == pytest.approx(y["loss"], abs=1e-7)
 
 
+def test_the_reward_workers_are_forked_before_the_model_loads(tiny_config, tmp_path, monkeypatch):
+    """Forked later, a worker would keep a copy of the weights (and, resumed, the optimizer state)
+    that the updates then turn into private pages: the worker that scores is one that was alive
+    before the model loaded, in a fresh run and in a resumed one."""
+    import multiprocessing
+
+    from podsrl import models
+
+    load, alive = models.load_model, []
+
+    def recording(*args, **kwargs):
+        alive.append({p.pid for p in multiprocessing.active_children()})
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(models, "load_model", recording)
+    settings = ["reward_workers=1", "rewards=[rewards_for_tests:scored_by]", f"output_dir={tmp_path / 'run'}"]
+    out = train(tiny_config("steps=1", "save_optimizer=true", *settings))
+    train(tiny_config("steps=2", "resume=true", *settings))
+    scorers = [int(r["generated_reward_mean"]) for r in read_metrics(out) if r["step"] > 0]
+    assert len(alive) == 2 and len(scorers) == 2
+    assert scorers[0] in alive[0] and scorers[1] in alive[1]
+
+
 def test_lora_reference_is_the_base_model(tiny_config):
     out = train(tiny_config("model.lora_r=4", "model.lora_alpha=8", "beta=0.1", "steps=2", "lr=5e-2"))
     rows = [r for r in read_metrics(out) if r["step"] > 0]

@@ -237,25 +237,26 @@ def _generate_ahead(c, buffers, published, loaded, stop, out, sampler_state, fir
     tqdm.set_lock(threading.RLock())  # not tqdm's default, a semaphore that a killed worker would leave behind
     device = buffers[next(iter(buffers))].device
     tokenizer = models.load_tokenizer(c.model.name_or_path)
-    model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
-    if c.model.lora_r > 0:
-        model = models.add_lora(model, c.model.lora_r, c.model.lora_alpha, c.model.lora_dropout,
-                                c.model.lora_target_modules)
-    model = model.to(device).eval()
-    params = trained_parameters(model)
-    missing = set(buffers) - set(params)
-    if missing:
-        raise PodsError(f"the worker's model has no parameter {sorted(missing)[0]!r}")
-    task = task_from_config(c.task, c.seed)
-    engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout, c.model.trust_remote_code)
-    if c.rollout.engine == "hf":
-        engine.record_logp = True  # the log-probs the update's correction divides by (vLLM returns its own)
-    system_prompt = task.system_prompt if c.task.system_prompt is None else c.task.system_prompt
+    task = task_from_config(c.task, c.seed)  # a task's verifiers built here, inherited by the reward workers
     scorer = Scorer({name: load_reward(name) for name in c.rewards}, c.reward_weights, c.reward_workers,
                     c.reward_timeout_s, c.reward_memory_mb, c.reward_wall_timeout_s)
-    sampler = Sampler(c, task, engine, scorer, tokenizer, system_prompt, _Solo(), sampler_state, first - 1)
-    have = -1
-    try:
+    scorer.start_workers()  # forked before the model loads, they hold no copy of it
+    try:  # the workers end with this process's work, however it ends
+        model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)
+        if c.model.lora_r > 0:
+            model = models.add_lora(model, c.model.lora_r, c.model.lora_alpha, c.model.lora_dropout,
+                                    c.model.lora_target_modules)
+        model = model.to(device).eval()
+        params = trained_parameters(model)
+        missing = set(buffers) - set(params)
+        if missing:
+            raise PodsError(f"the worker's model has no parameter {sorted(missing)[0]!r}")
+        engine = make_engine(c.rollout.engine, model, tokenizer, c.rollout, c.model.trust_remote_code)
+        if c.rollout.engine == "hf":
+            engine.record_logp = True  # the log-probs the update's correction divides by (vLLM returns its own)
+        system_prompt = task.system_prompt if c.task.system_prompt is None else c.task.system_prompt
+        sampler = Sampler(c, task, engine, scorer, tokenizer, system_prompt, _Solo(), sampler_state, first - 1)
+        have = -1
         step = first
         while True:
             need = version_for(step, c.async_lag)

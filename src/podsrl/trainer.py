@@ -144,7 +144,13 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
             if c.steps < done:
                 raise PodsError(f"resume=true with steps={c.steps}, but {output_dir} has trained {done} steps: steps "
                                 f"counts from the run's start; give steps > {done} to train more")
-        return load(c, accelerator, task, make_scorer(c, reward_fns), run)
+        scorer = make_scorer(c, reward_fns)
+        scorer.start_workers()  # forked before the model loads, they hold no copy of it
+        try:
+            return load(c, accelerator, task, scorer, run)
+        except BaseException:
+            scorer.close()
+            raise
 
 
 def make_accelerator(c: Config, output_dir: Path | None) -> Accelerator:

@@ -152,6 +152,12 @@ class RewardPool:
                                  context=multiprocessing.get_context("fork"))
         self._pids_w = pids_w
 
+    def start(self) -> None:
+        """Fork the workers now (else the first task does): a training process starts them before
+        its model loads, so that they hold no copy of its weights or optimizer state, which its
+        updates would turn into private pages of every worker."""
+        self.outcome(self.submit(os.getpid), wait_s=self.wall_timeout + 30.0)
+
     def submit(self, fn: Callable, *args, timeout: float | None = None,
                wall_timeout: float | None = None) -> concurrent.futures.Future:
         """Run ``fn(*args)`` in a worker, bounded by ``timeout`` CPU seconds and ``wall_timeout``

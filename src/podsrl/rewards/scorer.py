@@ -55,6 +55,11 @@ class Scorer:
         cut at that length (:func:`podsrl.rollout.cut_short`, with the engine's ``eos_ids``)."""
         return StepScores(self, columns, n, max_new_tokens, eos_ids)
 
+    def start_workers(self) -> None:
+        """Fork the reward workers now, before the caller loads its model (:meth:`RewardPool.start`)."""
+        if not self.in_process:
+            reward_pool.get_pool().start()
+
     def close(self) -> None:
         if not self.in_process:
             reward_pool.shutdown()
