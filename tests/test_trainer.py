@@ -112,8 +112,8 @@ def test_resume_continues_identically(tiny_config, tmp_path):
 
 
 def test_the_reward_workers_are_forked_before_the_model_loads(tiny_config, tmp_path, monkeypatch):
-    """Forked later, a worker would keep a copy of the weights (and, resumed, the optimizer state)
-    that the updates then turn into private pages: the worker that scores is one that was alive
+    """Forked later, a worker would keep a stale copy of the weights (and, resumed, the optimizer
+    state) once the updates rewrite them: the worker that scores is one that was alive
     before the model loaded, in a fresh run and in a resumed one."""
     import multiprocessing
 

@@ -154,9 +154,9 @@ class RewardPool:
 
     def start(self) -> None:
         """Fork the workers now (else the first task does): a training process starts them before
-        its model loads, so that they hold no copy of its weights or optimizer state, which its
-        updates would turn into private pages of every worker."""
-        self.outcome(self.submit(os.getpid), wait_s=self.wall_timeout + 30.0)
+        its model loads, so that they hold no copy of its weights or optimizer state, whose stale
+        pages they would keep once its updates rewrite them."""
+        self.outcome(self.submit(os.getpid), wait_s=safety_wait(self, 1))
 
     def submit(self, fn: Callable, *args, timeout: float | None = None,
                wall_timeout: float | None = None) -> concurrent.futures.Future:
