@@ -13,6 +13,17 @@ def scored_by(completions, **_):
     return [float(os.getpid())] * len(completions)
 
 
+def holds_a_model(completions, **_):
+    """1.0 where the scoring process holds a transformers model (a reward worker forked after a
+    model loaded keeps a copy of it), 0.0 otherwise."""
+    import gc
+
+    from transformers import PreTrainedModel
+
+    held = any(isinstance(o, PreTrainedModel) for o in gc.get_objects())
+    return [float(held)] * len(completions)
+
+
 def nan_reward(completions, **_):
     return [float("nan")] * len(completions)
 

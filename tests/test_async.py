@@ -20,11 +20,12 @@ from podsrl.errors import PodsError
 from podsrl.logprobs import completion_logprobs
 from podsrl.loss import policy_loss
 from podsrl.pipeline import _Solo, version_for
+from podsrl.rewards.scorer import Scorer
 from podsrl.rollout import make_engine
 from podsrl.rollout.hf import HFEngine
 from podsrl.sampling import Sampler
 from podsrl.tasks import task_from_config
-from podsrl.trainer import make_scorer, train
+from podsrl.trainer import train
 from test_bad_input import start, wait_for_step
 from test_tempered import BOS, T, V, Tabular, every_completion
 from test_trainer import final_weights, read_metrics
@@ -292,7 +293,7 @@ def sampled_by(c, weights_dir: str, step: int, adapter: Path | None = None) -> l
         if adapter is not None:
             load_weights(model, adapter, lora=True)
     task = task_from_config(c.task, c.seed)
-    scorer = make_scorer(c)
+    scorer = Scorer.from_config(c)
     try:
         sampler = Sampler(c, task, make_engine("hf", model, tokenizer, c.rollout), scorer, tokenizer, task.system_prompt,
                           _Solo(), None, step - 1)
@@ -394,6 +395,15 @@ def test_a_reward_that_fails_in_the_worker_ends_the_run_in_one_line(tiny_config)
     with pytest.raises(PodsError, match="the generation worker failed: reward 'rewards_for_tests:fails_in_worker' raised "
                                         "RuntimeError: this reward fails in the generation worker"):
         train(tiny_config(*ASYNC, "rewards=[rewards_for_tests:fails_in_worker]", "steps=3"))
+
+
+def test_the_generation_worker_forks_its_reward_workers_before_its_model_loads(tiny_config):
+    """Forked later, a reward worker would hold a copy of the worker's model (and keep stale pages
+    of it as the weights are synced): the process that scores holds no model."""
+    settings = [s for s in ASYNC if not s.startswith("reward_workers=")]
+    out = train(tiny_config(*settings, "reward_workers=1", "rewards=[rewards_for_tests:holds_a_model]", "steps=2"))
+    rows = [r for r in read_metrics(out) if r["step"] > 0]
+    assert [(r["generated_reward_mean"], r["reward_timeouts"]) for r in rows] == [(0.0, 0), (0.0, 0)]
 
 
 def test_a_compared_method_may_set_a_lag(tiny_model_dir, tmp_path):

@@ -228,7 +228,6 @@ def _generate_ahead(c, buffers, published, loaded, stop, out, sampler_state, fir
     from podsrl.rollout import make_engine
     from podsrl.sampling import Sampler
     from podsrl.tasks import task_from_config
-    from podsrl.rewards import load_reward
     from podsrl.rewards.scorer import Scorer
 
     torch.set_num_threads(worker_threads(c))
@@ -238,8 +237,7 @@ def _generate_ahead(c, buffers, published, loaded, stop, out, sampler_state, fir
     device = buffers[next(iter(buffers))].device
     tokenizer = models.load_tokenizer(c.model.name_or_path)
     task = task_from_config(c.task, c.seed)  # a task's verifiers built here, inherited by the reward workers
-    scorer = Scorer({name: load_reward(name) for name in c.rewards}, c.reward_weights, c.reward_workers,
-                    c.reward_timeout_s, c.reward_memory_mb, c.reward_wall_timeout_s)
+    scorer = Scorer.from_config(c)
     scorer.start_workers()  # forked before the model loads, they hold no copy of it
     try:  # the workers end with this process's work, however it ends
         model = models.load_model(c.model.name_or_path, c.model.dtype, c.model.trust_remote_code, c.model.load_in_4bit)

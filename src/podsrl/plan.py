@@ -470,7 +470,7 @@ def measure(c: Config, sizes: Sizes, progress: bool = True) -> dict:
     accelerator = trainer.make_accelerator(c, None)
     check_engine(c.rollout.engine, c.rollout, autocast=accelerator.mixed_precision != "no")
     task = task_from_config(c.task, c.seed)
-    s = trainer.load(replace(c, async_lag=0), accelerator, task, trainer.make_scorer(c), run=None)  # no worker process
+    s = trainer.load_scoring(replace(c, async_lag=0), accelerator, task, run=None)  # no generation worker
     if c.async_lag and c.rollout.engine == "hf":
         s.engine.record_logp = True  # as the worker's engine
     P = c.prompts_per_step

@@ -144,13 +144,7 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
             if c.steps < done:
                 raise PodsError(f"resume=true with steps={c.steps}, but {output_dir} has trained {done} steps: steps "
                                 f"counts from the run's start; give steps > {done} to train more")
-        scorer = make_scorer(c, reward_fns)
-        scorer.start_workers()  # forked before the model loads, they hold no copy of it
-        try:
-            return load(c, accelerator, task, scorer, run)
-        except BaseException:
-            scorer.close()
-            raise
+        return load_scoring(c, accelerator, task, run, reward_fns)
 
 
 def make_accelerator(c: Config, output_dir: Path | None) -> Accelerator:
@@ -166,11 +160,18 @@ def make_accelerator(c: Config, output_dir: Path | None) -> Accelerator:
     return sharding.make_accelerator(log_with=c.report_to or None, project_dir=output_dir, mixed_precision=precision)
 
 
-def make_scorer(c: Config, reward_fns: dict | None = None) -> Scorer:
-    """The scorer of the configured rewards (``reward_fns``: already loaded by name)."""
-    reward_fns = reward_fns or {name: load_reward(name) for name in c.rewards}
-    return Scorer(reward_fns, c.reward_weights, c.reward_workers, c.reward_timeout_s, c.reward_memory_mb,
-                  c.reward_wall_timeout_s)
+def load_scoring(c: Config, accelerator: Accelerator, task: Task, run: rundir.RunFolder | None,
+                 reward_fns: dict | None = None) -> Setup:
+    """:func:`load` with the scorer of the configured rewards, its workers forked first: forked
+    later, each would keep a stale copy of the weights (and, resumed, the optimizer state) once
+    the updates rewrite them. The workers end if loading fails."""
+    scorer = Scorer.from_config(c, reward_fns)
+    scorer.start_workers()
+    try:
+        return load(c, accelerator, task, scorer, run)
+    except BaseException:
+        scorer.close()
+        raise
 
 
 def load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: rundir.RunFolder | None) -> Setup:

@@ -49,6 +49,16 @@ class Scorer:
         if not self.in_process:
             reward_pool.configure(workers, timeout, memory_mb, wall_timeout)
 
+    @classmethod
+    def from_config(cls, c, fns: dict[str, RewardFn] | None = None) -> Scorer:
+        """The scorer of a run config's rewards (``fns``: already loaded by name), its workers not
+        yet forked: call :meth:`start_workers` before loading a model."""
+        from podsrl.rewards import load_reward
+
+        fns = fns or {name: load_reward(name) for name in c.rewards}
+        return cls(fns, c.reward_weights, c.reward_workers, c.reward_timeout_s, c.reward_memory_mb,
+                   c.reward_wall_timeout_s)
+
     def start(self, columns: dict[str, list], n: int, max_new_tokens: int | None = None, eos_ids=()) -> StepScores:
         """``columns``: one value per prompt (``prompts``, ``answer``, ...), repeated n times.
         With ``max_new_tokens``, each completion also gets the column ``truncated``: whether it was
