@@ -151,6 +151,24 @@ def unhurried_pool():
     pool.configure()
 
 
+@pytest.fixture
+def children_at_model_load(monkeypatch) -> list[set[int]]:
+    """The ids of this process's live child processes (the reward workers among them), recorded
+    each time :func:`podsrl.models.load_model` is called."""
+    import multiprocessing
+
+    from podsrl import models
+
+    load, alive = models.load_model, []
+
+    def recording(*args, **kwargs):
+        alive.append({p.pid for p in multiprocessing.active_children()})
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(models, "load_model", recording)
+    return alive
+
+
 @pytest.fixture(scope="session", autouse=True)
 def own_torch_extensions(tmp_path_factory):
     """Ops compiled at run time (DeepSpeed's CPU shared-memory allreduce) built in a folder of this

@@ -182,26 +182,20 @@ def test_plan_alternates_generation_and_updates_as_a_run_does(capsys, tmp_path, 
     assert [p["m"] for p in json.loads(out.read_text())["measured"]["updates"]] == [2, 4]
 
 
-def test_plan_forks_the_reward_workers_before_the_model_loads(capsys, tiny_overrides, monkeypatch):
+def test_plan_forks_the_reward_workers_before_the_model_loads(capsys, tiny_overrides, monkeypatch,
+                                                              children_at_model_load):
     """As the trainer does: the worker that scores plan's generate calls was alive when the model
     loaded, so it keeps no stale copy of the weights that plan's updates rewrite."""
-    import multiprocessing
+    from podsrl import sampling
 
-    from podsrl import models, sampling
-
-    load, alive, scorers = models.load_model, [], set()
+    alive, scorers = children_at_model_load, set()
     step_groups = sampling.Sampler.step_groups
-
-    def recording(*args, **kwargs):
-        alive.append({p.pid for p in multiprocessing.active_children()})
-        return load(*args, **kwargs)
 
     def scored(self, *args):
         groups = step_groups(self, *args)
         scorers.update(int(r) for r in groups.rewards.flatten().tolist())
         return groups
 
-    monkeypatch.setattr(models, "load_model", recording)
     monkeypatch.setattr(sampling.Sampler, "step_groups", scored)
     code, io = run_plan(capsys, tiny_overrides + ["threads=1", "reward_workers=1", "rewards=[rewards_for_tests:scored_by]"],
                         "--generate", "2,4", "--calls", "1", "--update", "2,4", "--candidates", "4")

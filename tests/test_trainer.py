@@ -111,21 +111,11 @@ def test_resume_continues_identically(tiny_config, tmp_path):
         assert x["generated_reward_mean"] == y["generated_reward_mean"] and x["loss"] == pytest.approx(y["loss"], abs=1e-7)
 
 
-def test_the_reward_workers_are_forked_before_the_model_loads(tiny_config, tmp_path, monkeypatch):
+def test_the_reward_workers_are_forked_before_the_model_loads(tiny_config, tmp_path, children_at_model_load):
     """Forked later, a worker would keep a stale copy of the weights (and, resumed, the optimizer
     state) once the updates rewrite them: the worker that scores is one that was alive
     before the model loaded, in a fresh run and in a resumed one."""
-    import multiprocessing
-
-    from podsrl import models
-
-    load, alive = models.load_model, []
-
-    def recording(*args, **kwargs):
-        alive.append({p.pid for p in multiprocessing.active_children()})
-        return load(*args, **kwargs)
-
-    monkeypatch.setattr(models, "load_model", recording)
+    alive = children_at_model_load
     settings = ["reward_workers=1", "rewards=[rewards_for_tests:scored_by]", f"output_dir={tmp_path / 'run'}"]
     out = train(tiny_config("steps=1", "save_optimizer=true", *settings))
     train(tiny_config("steps=2", "resume=true", *settings))
