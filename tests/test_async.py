@@ -401,7 +401,8 @@ def test_the_generation_worker_forks_its_reward_workers_before_its_model_loads(t
     """Forked later, a reward worker would hold a copy of the worker's model (and keep stale pages
     of it as the weights are synced): the process that scores holds no model."""
     settings = [s for s in ASYNC if not s.startswith("reward_workers=")]
-    out = train(tiny_config(*settings, "reward_workers=1", "rewards=[rewards_for_tests:holds_a_model]", "steps=2"))
+    out = train(tiny_config(*settings, "reward_workers=1", "reward_timeout_s=30", "rewards=[rewards_for_tests:holds_a_model]",
+                            "steps=2"))  # the reward walks every object of its process: no 1 s bound on a slow CPU
     rows = [r for r in read_metrics(out) if r["step"] > 0]
     assert [(r["generated_reward_mean"], r["reward_timeouts"]) for r in rows] == [(0.0, 0), (0.0, 0)]
 
