@@ -112,7 +112,9 @@ PODS runs of the same seeds it takes (they have its settings); and the target it
 statistics time methods to (``peak``: the paper's, the reference's seed-mean peak; ``gain``: Q of
 the reference's gain). Runs save a checkpoint at every evaluation, or every ``save_every`` steps
 where a comparison sets it: confirm-gym's runs take hours per evaluation interval, so they keep
-every step (a checkpoint changes no result: a resumed run continues exactly)."""
+every step (a checkpoint changes no result: a resumed run continues exactly). A run whose
+checkpoint is gone (a fresh copy of the results folder) is replayed: compare trains its logged
+steps again without their evaluations, each checked against its record, and goes on from there."""
 
 
 class Target(NamedTuple):

@@ -327,7 +327,8 @@ def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, t
     steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps[:3] == [0, 1, 2] and steps == list(range(len(steps)))
     assert err.strip().splitlines()[-1] == (f"podsrl: {said}; {run} keeps the metrics of steps 1-{steps[-1]} and no "
-                                            "checkpoint (save_every saves one): a rerun starts it again")
+                                            "checkpoint (save_every saves one): a rerun starts it again, or with "
+                                            "replay=true trains those steps again, checked against their records")
     assert (run / rundir.LOCK).exists() and not (run / "checkpoints").exists()
     assert main(last_wins([*long_run(tiny_overrides, run), "steps=1"])) == 0, capsys.readouterr().err  # starts again
     assert (f"output_dir {run} holds an unfinished run that stopped after step {steps[-1]} without a checkpoint: "
@@ -576,7 +577,8 @@ def test_the_optimizer_state_past_a_file_size_limit_says_why_and_advises_no_save
     result = train_under_a_file_size_limit(9_000_000, *tiny_overrides, "steps=1", "save_every=1", "reward_workers=0")
     assert_one_error(result.returncode, result.stderr,
                      f"cannot write the checkpoint of step 1 to {run / 'checkpoints'} (optimizer.pt): File too large; "
-                     f"{run} keeps the metrics of steps 1-1 and no checkpoint: a rerun starts it again")
+                     f"{run} keeps the metrics of steps 1-1 and no checkpoint: a rerun starts it again, or with "
+                     "replay=true trains those steps again, checked against their records")
     assert "enforce fail" not in result.stderr and "save_every saves one" not in result.stderr
 
 

@@ -274,9 +274,9 @@ def test_a_finished_comparison_is_not_reused_under_another_config(tiny_model_dir
     assert forced["methods"]["pods"]["per_seed"][0]["steps"] == summary["methods"]["pods"]["per_seed"][0]["steps"]
 
 
-def test_a_rerun_trains_an_interrupted_run_again_saying_so(tiny_model_dir, tmp_path, capsys):
+def test_a_rerun_replays_an_interrupted_run_saying_so(tiny_model_dir, tmp_path, capsys):
     """A compare run checkpoints only at its end: one interrupted after a step keeps its metrics and
-    no checkpoint, and a rerun trains it again from step 0, its metrics replaced, and says so."""
+    no checkpoint, and a rerun replays that step (its record kept, checked), trains on, and says so."""
     from podsrl import rundir
     from podsrl.compare import run_all
 
@@ -289,10 +289,34 @@ def test_a_rerun_trains_an_interrupted_run_again_saying_so(tiny_model_dir, tmp_p
     (run / rundir.LOCK).touch()
     capsys.readouterr()
     run_all(None, args, ["grpo"], 1, 0.001, out, 0.2)
-    assert ("[1/1] grpo seed 0: its earlier run stopped after step 1 without a checkpoint: training it again from "
-            "step 0 (its metrics replaced)") in capsys.readouterr().out
-    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps.count(0) == 1 and steps == sorted(steps)  # the new run's alone
+    assert ("[1/1] grpo seed 0: its earlier run stopped after step 1 without a checkpoint: replaying steps 1-1 "
+            "(trained again without evaluation, each checked against its record), then training on") in capsys.readouterr().out
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert lines[:2] == [rows[0], json.dumps(step_1)]  # the logged steps as they were
+    steps = [json.loads(l)["step"] for l in lines]
+    assert steps.count(0) == 1 and steps == sorted(steps) and len(steps) > 2
+
+
+def test_a_replay_that_differs_trains_the_run_again_from_step_0(tiny_model_dir, tmp_path, capsys):
+    """A replayed step whose record it does not reproduce (here, a reward mean written otherwise):
+    compare says so and trains the run again from step 0, its metrics replaced."""
+    from podsrl import rundir
+    from podsrl.compare import run_all
+
+    args, out = tiny_compare_args(tiny_model_dir), tmp_path / "cmp"
+    run_all(None, args, ["grpo"], 1, 0.001, out, 0.2)
+    run = out / "grpo" / "seed-0"
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    step_1 = {k: v for k, v in json.loads(rows[1]).items() if not k.startswith("eval_")} | {"generated_reward_mean": -1.0}
+    (run / "metrics.jsonl").write_text(f"{rows[0]}\n{json.dumps(step_1)}\n")
+    (run / rundir.LOCK).touch()
+    capsys.readouterr()
+    run_all(None, args, ["grpo"], 1, 0.001, out, 0.2)
+    printed = capsys.readouterr().out
+    assert "differs from its record (generated_reward_mean: logged -1.0, replayed" in printed
+    assert "training it again from step 0 (its later metrics replaced)" in printed
+    records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records].count(0) == 1 and -1.0 not in [r.get("generated_reward_mean") for r in records]
 
 
 def test_one_comparison_at_a_time_writes_into_an_out_folder(tiny_model_dir, tmp_path):

@@ -111,6 +111,66 @@ def test_resume_continues_identically(tiny_config, tmp_path):
         assert x["generated_reward_mean"] == y["generated_reward_mean"] and x["loss"] == pytest.approx(y["loss"], abs=1e-7)
 
 
+def lost_checkpoints(run, last_step: int) -> list[str]:
+    """``run`` as an interruption after ``last_step`` leaves it when its checkpoints are lost (a
+    new copy of its folder): its metrics lines up to that step, and no checkpoint."""
+    import shutil
+
+    from podsrl import rundir
+
+    shutil.rmtree(run / "checkpoints")
+    (run / "final_model").exists() and shutil.rmtree(run / "final_model")
+    lines = [line for line in (run / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] <= last_step]
+    (run / "metrics.jsonl").write_text("".join(f"{line}\n" for line in lines))
+    (run / rundir.LOCK).touch()
+    return lines
+
+
+def test_replay_trains_the_logged_steps_again_without_evaluating_them(tiny_config, tmp_path, monkeypatch):
+    """A run that lost its checkpoint after step 2 of 4 is replayed: steps 1-2 trained again with
+    no evaluation (their logged records, evaluations and clock kept as written), steps 3-4
+    trained and evaluated on; the result is the uninterrupted run's, weights and records."""
+    straight = train(tiny_config("steps=4", "eval_every=2", f"output_dir={tmp_path / 'straight'}"))
+    run = train(tiny_config("steps=4", "eval_every=2", f"output_dir={tmp_path / 'lost'}"))
+    logged = lost_checkpoints(run, 2)
+    evaluated = []
+    real = trainer.evaluate
+    monkeypatch.setattr(trainer, "evaluate", lambda *a, **k: evaluated.append(1) or real(*a, **k))
+    train(tiny_config("steps=4", "eval_every=2", "replay=true", f"output_dir={run}"))
+    assert len(evaluated) == 1  # step 4's alone: step 0's and step 2's stand as logged
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert lines[: len(logged)] == logged and [json.loads(line)["step"] for line in lines] == [0, 1, 2, 3, 4]
+    wa, wb = final_weights(straight), final_weights(run)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    same = [(x["step"], x.get("loss"), x.get("generated_reward_mean"), x.get("eval_accuracy")) for x in read_metrics(straight)]
+    assert same == [(y["step"], y.get("loss"), y.get("generated_reward_mean"), y.get("eval_accuracy")) for y in read_metrics(run)]
+    # the clock goes on from the logged one
+    assert read_metrics(run)[3]["train_seconds"] > json.loads(logged[2])["train_seconds"]
+    assert "replaying steps 1-2" in (run / "podsrl_commit.txt").read_text().splitlines()[-1]
+
+
+def test_a_replayed_step_that_differs_from_its_record_stops_the_run(tiny_config, tmp_path):
+    """A logged record the replay does not reproduce (here: a loss written otherwise, as another
+    machine's arithmetic would give) stops the run, naming the step and field, and leaves the
+    folder as it was: the records, and no checkpoint."""
+    from podsrl.errors import PodsError
+    from podsrl.replay import ReplayMismatch
+
+    run = train(tiny_config("steps=3", f"output_dir={tmp_path / 'run'}"))
+    lines = lost_checkpoints(run, 2)
+    record = json.loads(lines[2])
+    record["loss"] += 1e-6
+    lines[2] = json.dumps(record)
+    (run / "metrics.jsonl").write_text("".join(f"{line}\n" for line in lines))
+    with pytest.raises(ReplayMismatch, match=r"step 2 of .* differs from its record \(loss: logged") as e:
+        train(tiny_config("steps=3", "replay=true", f"output_dir={run}"))
+    assert isinstance(e.value, PodsError)
+    assert (run / "metrics.jsonl").read_text().splitlines() == lines and not (run / "checkpoints").exists()
+    # without replay, the run starts again from step 0
+    train(tiny_config("steps=3", f"output_dir={run}"))
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2, 3]
+
+
 def test_the_reward_workers_are_forked_before_the_model_loads(tiny_config, tmp_path, children_at_model_load):
     """Forked later, a worker would keep a stale copy of the weights (and, resumed, the optimizer
     state) once the updates rewrite them: the worker that scores is one that was alive

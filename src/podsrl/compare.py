@@ -36,7 +36,7 @@ RECORD = "compare.yaml"
 SET_BY_COMPARE = {"seed": "--seeds", "output_dir": "--out", "steps": "--budget-minutes or --steps",
                   "time_budget_s": "--budget-minutes", "eval_every_s": "--eval-every-s", "eval_every": "--eval-every",
                   "save_every": "--save-every", "clock": "--clock",
-                  "resume": "a rerun", "allow_config_change": "--allow-config-change"}
+                  "resume": "a rerun", "replay": "a rerun", "allow_config_change": "--allow-config-change"}
 """Settings each compare run gets from compare itself, and the option (or act) that sets them."""
 CLOCKS = {"wall": "train_seconds", "cpu": "train_cpu_seconds"}
 """The clocks a comparison's time budget and times can count, and the metric that holds each."""
@@ -172,7 +172,7 @@ def _check_folders(out: Path, plan: list, configs: dict, budget: Budget) -> dict
     """How far each run of ``plan`` has got on the budget's measure (None: not started); a run to
     be resumed or reused is checked against the config its folder records, before any trains."""
     from podsrl.checkpoint import latest_checkpoint, read_state
-    from podsrl.rundir import check_same_config
+    from podsrl.rundir import check_same_config, finished_steps
 
     done = {}
     for method, seed in plan:
@@ -180,7 +180,7 @@ def _check_folders(out: Path, plan: list, configs: dict, budget: Budget) -> dict
         ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
         done[method, seed] = read_state(ckpt).get(budget.key, 0.0) if ckpt is not None else finished_at(run_dir, budget.key)
         finished = done[method, seed] is not None and done[method, seed] >= budget.total
-        if ckpt is not None or finished:  # to be resumed or reused as it is
+        if ckpt is not None or finished or finished_steps(run_dir):  # to be resumed, replayed or reused as it is
             check_same_config(run_dir, configs[method, seed], f"podsrl compare would reuse {method} seed {seed} in",
                               shorter=False)
     return done
@@ -188,7 +188,8 @@ def _check_folders(out: Path, plan: list, configs: dict, budget: Budget) -> dict
 
 def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget, keep: str, jobs: int = 1) -> None:
     """Train each run of ``plan`` that is not done: resumed from its checkpoint, or from step 0;
-    ``jobs`` at a time, each in a spawned process of its own where ``jobs`` > 1."""
+    the steps a run logged beyond that are replayed (``replay``). ``jobs`` at a time, each in a
+    spawned process of its own where ``jobs`` > 1."""
     from podsrl.checkpoint import latest_checkpoint
     from podsrl.rundir import discard_unfinished, finished_steps
 
@@ -199,12 +200,14 @@ def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget
         if done[method, seed] is not None and done[method, seed] >= total:
             print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done[method, seed]:.0f}{unit} of {total:.0f}{unit})", flush=True)
             continue
+        c.replay = True
         if run_dir.is_dir() and latest_checkpoint(run_dir) is not None:
             c.resume = True
-        elif run_dir.exists():  # a run without a checkpoint (interrupted, pruned, or results alone) starts again
-            if kept := finished_steps(run_dir):
-                print(f"[{i}/{len(plan)}] {method} seed {seed}: its earlier run stopped after step {kept} without a "
-                      "checkpoint: training it again from step 0 (its metrics replaced)", flush=True)
+        elif run_dir.exists() and (kept := finished_steps(run_dir)):  # interrupted, and its checkpoint lost
+            print(f"[{i}/{len(plan)}] {method} seed {seed}: its earlier run stopped after step {kept} without a "
+                  f"checkpoint: replaying steps 1-{kept} (trained again without evaluation, each checked against its "
+                  "record), then training on", flush=True)
+        elif run_dir.exists():  # nothing finished: started afresh
             discard_unfinished(run_dir)
         todo.append((f"[{i}/{len(plan)}] {method} seed {seed}: training for {total:.0f}{unit}", c, run_dir))
     if jobs == 1:
@@ -218,8 +221,21 @@ def _train_and_prune(line: str, c, run_dir: Path, keep: str) -> None:
     """One run of a comparison (``line`` says that it starts)."""
     from podsrl.trainer import train
 
+    from podsrl.checkpoint import latest_checkpoint
+    from podsrl.replay import ReplayMismatch
+    from podsrl.rundir import discard_unfinished
+
     print(line, flush=True)
-    train(c)
+    try:
+        train(c)
+    except ReplayMismatch as e:  # not reproducible here: its logged steps are trained again, and replaced
+        print(f"{e}: training it again{' from its checkpoint' if latest_checkpoint(run_dir) else ' from step 0'} "
+              "(its later metrics replaced)", flush=True)
+        c.replay = False
+        c.resume = latest_checkpoint(run_dir) is not None
+        if not c.resume:
+            discard_unfinished(run_dir)
+        train(c)
     prune(run_dir, keep)
 
 

@@ -284,6 +284,14 @@ class Config:
     resume: bool = False
     """Continue from the latest checkpoint in output_dir. Refused where a setting that changes
     the result (:func:`config_changes`) differs from the run's ``config.yaml``."""
+    replay: bool = False
+    """Train again, rather than drop, the steps that ``metrics.jsonl`` logs beyond where the run
+    starts (its checkpoint, or step 0 where the folder holds none: a checkpoint lost or never
+    saved): those steps run without evaluation, each checked against its logged record (every
+    field but times and memory), and the logged records stay, their evaluations and training clock
+    included; the run then goes on as a resume would. A step that differs stops the run with an
+    error naming it, the folder as it was found. Checkpoints are saved from the last replayed step
+    on. Refused where a result-changing setting differs from the run's ``config.yaml``; one process."""
     allow_config_change: bool = False
     """Resume (or let ``podsrl compare`` reuse a run) even where result-changing settings differ
     from the run's; the new values apply from the resumed step on, and the previous config is
@@ -708,7 +716,7 @@ def _check_trackers(names: list[str]) -> None:
             raise PodsError(f"report_to names {name!r}, which is not installed: pip install {name}")
 
 
-NOT_RESULTS = frozenset({"output_dir", "resume", "allow_config_change", "progress", "report_to", "log_completions",
+NOT_RESULTS = frozenset({"output_dir", "resume", "replay", "allow_config_change", "progress", "report_to", "log_completions",
                          "save_every", "save_optimizer", "threads", "async_worker_threads"})
 """Settings that change where and how a run reports, not what it trains or measures."""
 MAPPINGS = ("task.config.",)

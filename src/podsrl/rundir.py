@@ -59,10 +59,12 @@ def source_commit() -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def record_start(folder: Path, start_step: int) -> None:
+def record_start(folder: Path, start_step: int, replayed_to: int = 0) -> None:
     """Append this start of the run in ``folder`` to its :data:`COMMIT_FILE`, so that a reader can
-    tell which code made each part of it."""
+    tell which code made each part of it (``replayed_to``: the last logged step it trains again)."""
     how = "resumed" if start_step else "started"
+    if replayed_to > start_step:
+        how += f", replaying steps {start_step + 1}-{replayed_to}"
     with open(folder / COMMIT_FILE, "a") as f:
         f.write(f"{source_commit()} {how} {datetime.now(timezone.utc).isoformat(timespec='seconds')}\n")
 
@@ -121,18 +123,19 @@ class RunFolder:
         if self.logged_step:
             advice = "" if save_every else " (save_every saves one)"
             return (f"{self.path} keeps the metrics of steps 1-{self.logged_step} and no checkpoint{advice}: a rerun "
-                    "starts it again")
+                    "starts it again, or with replay=true trains those steps again, checked against their records")
         return ""
 
 
-def claim(path: Path, resume: bool, accelerator) -> RunFolder:
+def claim(path: Path, resume: bool, accelerator, replay: bool = False) -> RunFolder:
     """Lock ``path`` for this run and decide where it starts: the latest checkpoint (``resume``),
-    or step 0 in a folder that is new, empty, or an unfinished run without a checkpoint. Only the
-    main process touches the folder; the others learn the outcome from it."""
+    or step 0 in a folder that is new, empty, or an unfinished run without a checkpoint (cleared,
+    unless ``replay`` keeps its logged steps to train again). Only the main process touches the
+    folder; the others learn the outcome from it."""
     folder, error = None, None
     if accelerator.is_main_process:
         try:
-            folder = _claim(path, resume)
+            folder = _claim(path, resume, replay)
         except PodsError as e:
             error = str(e)
     if accelerator.num_processes > 1:
@@ -147,7 +150,7 @@ def claim(path: Path, resume: bool, accelerator) -> RunFolder:
     return folder
 
 
-def _claim(path: Path, resume: bool) -> RunFolder:
+def _claim(path: Path, resume: bool, replay: bool = False) -> RunFolder:
     try:
         if resume and not path.exists():
             raise PodsError(f"resume=true but {path} does not exist")
@@ -157,7 +160,7 @@ def _claim(path: Path, resume: bool) -> RunFolder:
     except OSError as e:
         raise PodsError(f"cannot write output_dir {path}: {os_reason(e)}") from None
     try:
-        return RunFolder(path, _start(path, resume, marked), created, fd)
+        return RunFolder(path, _start(path, resume, marked, replay), created, fd)
     except BaseException:  # refused: leave the folder exactly as it was found
         if not marked:
             (path / LOCK).unlink(missing_ok=True)
@@ -218,8 +221,9 @@ def _lock(path: Path, name: str = LOCK, busy: str = "output_dir {path} is in use
         os.close(fd)
 
 
-def _start(path: Path, resume: bool, marked: bool) -> Path | None:
-    """The checkpoint to resume from, or None to start at step 0 (clearing an unfinished run)."""
+def _start(path: Path, resume: bool, marked: bool, replay: bool = False) -> Path | None:
+    """The checkpoint to resume from, or None to start at step 0 (clearing an unfinished run,
+    unless ``replay`` keeps the steps it logged, to train them again)."""
     checkpoint = latest_checkpoint(path)
     if checkpoint is not None:
         if not resume:
@@ -229,13 +233,18 @@ def _start(path: Path, resume: bool, marked: bool) -> Path | None:
     foreign = [p.name for p in entries if not is_own(p.name)]
     if (path / "checkpoints").is_dir():  # what a killed checkpoint leaves: temporary folders only
         foreign += [f"checkpoints/{p.name}" for p in (path / "checkpoints").iterdir() if not p.name.startswith(".tmp-")]
-    if foreign or (entries and not marked):  # the user's files, or a folder podsrl did not make
+    done = finished_steps(path) if entries else 0
+    if foreign or (entries and not marked and not (replay and done)):  # the user's files, or a folder podsrl did not make
         if resume:
             raise PodsError(f"resume=true but {path} holds no checkpoint")
         example = sorted(foreign)[0] if foreign else sorted(p.name for p in entries)[0]
         raise PodsError(f"output_dir {path} is not empty (it holds {example}); choose another output_dir")
     if entries:
-        done, what = finished_steps(path), "resume=true, but output_dir" if resume else "output_dir"
+        what = "resume=true, but output_dir" if resume else "output_dir"
+        if done and replay:
+            log.info("output_dir %s holds a run that stopped after step %d without a checkpoint: replaying steps "
+                     "1-%d against their records", path, done, done)
+            return None
         if done:
             log.warning("%s %s holds an unfinished run that stopped after step %d without a checkpoint: training it "
                         "again from step 0 (its metrics replaced)", what, path, done)

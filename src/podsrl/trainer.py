@@ -40,7 +40,8 @@ from tqdm.auto import tqdm
 
 from podsrl import models, rundir, sharding
 from podsrl.advantages import group_advantages
-from podsrl.checkpoint import load_optimizer, load_weights, read_state, save_checkpoint, truncate_metrics, write_atomic
+from podsrl.checkpoint import (load_optimizer, load_weights, read_metrics, read_state, save_checkpoint, truncate_metrics,
+                               write_atomic)
 from podsrl.config import Config, flat_keys, to_dict, to_yaml, trained_per_prompt
 from podsrl.downsample import select
 from podsrl.errors import PodsError, os_error_text, os_reason
@@ -49,6 +50,7 @@ from podsrl.logprobs import completion_logprobs, lean_head
 from podsrl.loss import importance_sampling_ratio, policy_loss
 from podsrl.memory import PeakMemory
 from podsrl.pipeline import AsyncSampler, trainer_threads
+from podsrl.replay import EVAL_KEYS, ReplayMismatch, check_replayed, replay_records
 from podsrl.rewards import load_reward
 from podsrl.rewards.scorer import Scorer
 from podsrl.rollout import Rollouts, check_engine, make_engine
@@ -136,14 +138,24 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         log.warning("task %s trains on its held-out problems (%s): held-out accuracy measures them after training "
                     "on them", c.task.name, "task.path is one file" if c.task.name == "gsm8k" else "no task.train_path")
     reward_fns = {name: load_reward(name) for name in c.rewards}
-    run = rundir.claim(output_dir, c.resume, accelerator)
+    if c.replay and accelerator.num_processes > 1:
+        raise PodsError(f"replay=true runs on one process ({accelerator.num_processes} were launched): launch one, "
+                        "or set replay=false")
+    run = rundir.claim(output_dir, c.resume, accelerator, replay=c.replay)
+    if c.replay and accelerator.is_main_process:  # logged steps that a failure before training must keep
+        run.logged_step = rundir.finished_steps(output_dir)
     with run.cleanup_on_failure():
+        if run.resume_from is not None or run.logged_step:
+            rundir.check_same_config(output_dir, c, "resume=true would continue" if run.resume_from is not None
+                                     else "replay=true would train again")
         if run.resume_from is not None:
-            rundir.check_same_config(output_dir, c, "resume=true would continue")
             done = read_state(run.resume_from)["step"]
             if c.steps < done:
                 raise PodsError(f"resume=true with steps={c.steps}, but {output_dir} has trained {done} steps: steps "
                                 f"counts from the run's start; give steps > {done} to train more")
+        if run.logged_step > c.steps:
+            raise PodsError(f"replay=true with steps={c.steps}, but {output_dir} logs {run.logged_step} steps: steps "
+                            f"counts from the run's start; give steps >= {run.logged_step}")
         return load_scoring(c, accelerator, task, run, reward_fns)
 
 
@@ -456,6 +468,8 @@ def train(c: Config, accelerator: Accelerator | None = None) -> Path:
             out = _train(s, c)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
         raise type(e)(s.run.kept(c.save_every)) from None
+    except ReplayMismatch:  # its message says what the folder holds and what to do
+        raise
     except PodsError as e:
         raise PodsError("; ".join(filter(None, [str(e), s.run.kept(c.save_every)]))) from None
     except OSError as e:  # a full disk, a file-size limit: the run's files cannot be written
@@ -472,12 +486,15 @@ def train(c: Config, accelerator: Accelerator | None = None) -> Path:
 def _train(s: Setup, c: Config) -> Path:
     acc = s.accelerator
     out = s.output_dir
+    # replay=true: the logged training records of the steps after the start, to train again and check
+    replayed = replay_records(out, s.start_step) if c.replay and acc.is_main_process else {}
+    last_replayed = max(replayed, default=s.start_step)
     if acc.is_main_process:
-        rundir.record_start(out, s.start_step)  # which code trained each part of the run
+        rundir.record_start(out, s.start_step, last_replayed)  # which code trained each part of the run
         rundir.keep_earlier_config(out, c, s.start_step)
         write_atomic(out / "config.yaml", to_yaml(c))
         for log_file in ("metrics.jsonl", "completions.jsonl", "eval_completions.jsonl"):
-            truncate_metrics(out / log_file, s.start_step)
+            truncate_metrics(out / log_file, last_replayed)
     acc.wait_for_everyone()
     if c.report_to:
         acc.init_trackers(rundir.TRACKER_FOLDER, config=_tracker_config(c))
@@ -491,7 +508,10 @@ def _train(s: Setup, c: Config) -> Path:
         log.info("training %s (%s) on %d process(es)%s, %s, mixed precision %s; output in %s", c.model.name_or_path,
                  c.mode, acc.num_processes, parallel, acc.device, acc.mixed_precision, out)
     last_eval = None
-    if s.start_step == 0:
+    if replayed:  # the logged evaluations stand; the last one is the latest
+        last_eval = next(({k: r[k] for k in EVAL_KEYS} for r in reversed(read_metrics(out / "metrics.jsonl"))
+                          if "eval_step" in r), None)
+    elif s.start_step == 0:
         last_eval = _evaluate(s, c, step=0, metrics_file=metrics_file)
 
     # under a time budget (compare's runs: steps unbounded) the bar counts the training clock
@@ -500,7 +520,7 @@ def _train(s: Setup, c: Config) -> Path:
                else s.start_step, unit="s" if by_clock else "step", disable=not (c.progress and acc.is_main_process),
                desc="train", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]" if by_clock else None)
     try:
-        _loop(s, c, metrics_file, bar, last_eval)
+        _loop(s, c, metrics_file, bar, last_eval, replayed)
     finally:  # a clean line for whatever is printed next, an error included
         bar.close()
         for file in (metrics_file, s.completions_log, s.eval_log):
@@ -511,7 +531,9 @@ def _train(s: Setup, c: Config) -> Path:
     return out
 
 
-def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> None:
+def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None, replayed: dict[int, dict]) -> None:
+    """Train until the run's end; ``replayed``: the logged training records of the first steps, which
+    are trained again and checked against them instead of evaluated and logged."""
     by_clock = c.time_budget_s > 0
     acc = s.accelerator
     step = s.start_step
@@ -550,6 +572,13 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None) -> Non
             **stats,
             "update_peak_memory_mb": mem.peak_mb, "update_memory_delta_mb": mem.delta_mb,
         }
+        if step in replayed:  # the logged step trained again: its record (evaluation included) and clock stand
+            check_replayed(replayed[step], _jsonable(record), s.output_dir)
+            s.train_seconds, s.train_cpu_seconds = replayed[step]["train_seconds"], replayed[step]["train_cpu_seconds"]
+            bar.update(min(_clock(s, c) - clock0, c.time_budget_s - bar.n) if by_clock else 1)
+            if step == max(replayed):  # from here on, the run is at its logged state
+                save_checkpoint(s, step, with_optimizer=keeps_optimizer(c))
+            continue
         due_by_clock = c.eval_every_s and int(_clock(s, c) // c.eval_every_s) > int(clock0 // c.eval_every_s)
         if (c.eval_every and step % c.eval_every == 0) or due_by_clock or step == c.steps:
             last_eval = _evaluate(s, c, step, metrics_file=None)
