@@ -64,6 +64,8 @@ def test_async_lag_zero_runs_the_synchronous_trainer(tiny_config):
                                                    "importance ratio of a truncated sampler needs the nucleus"),
     (["clock=cpu"], "async_lag=1 with clock=cpu: the CPU clock counts the training process's CPU seconds, and the "
                     "generation worker's would not count"),
+    (["save_rollouts=true"], "save_rollouts with async_lag=1: the generation worker samples, and its completions are "
+                             "not recorded"),
     (["async_lag=-1"], "async_lag must be >= 0"),
     (["async_worker_threads=0"], "async_worker_threads must be >= 1"),
 ])

@@ -171,6 +171,66 @@ def test_a_replayed_step_that_differs_from_its_record_stops_the_run(tiny_config,
     assert [r["step"] for r in read_metrics(run)] == [0, 1, 2, 3]
 
 
+def test_a_replay_on_recorded_completions_generates_nothing_and_reaches_the_same_weights(tiny_config, tmp_path,
+                                                                                         monkeypatch):
+    """save_rollouts: the replay of steps 1-2 trains on the completions the run recorded, with no
+    generate call of the engine's (the evaluation at step 3 and step 3's rollouts alone generate),
+    and ends with the uninterrupted run's weights."""
+    from podsrl.rollout.hf import HFEngine
+
+    straight = train(tiny_config("steps=3", f"output_dir={tmp_path / 'straight'}"))
+    run = train(tiny_config("steps=3", "save_rollouts=true", f"output_dir={tmp_path / 'lost'}"))
+    assert (run / "rollouts.jsonl").stat().st_size > 0
+    lost_checkpoints(run, 2)
+    calls = []
+    real = HFEngine.generate
+    monkeypatch.setattr(HFEngine, "generate", lambda self, prompts, *a, **k: calls.append(len(prompts)) or
+                        real(self, prompts, *a, **k))
+    train(tiny_config("steps=3", "save_rollouts=true", "replay=true", f"output_dir={run}"))
+    assert calls == [2, 4]  # step 3's two prompts, then the 4 held-out problems
+    wa, wb = final_weights(straight), final_weights(run)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_replay_on_recorded_completions_allows_rounding_and_no_more(tiny_config, tmp_path):
+    """Replayed on its recorded completions, a step's gradient norm may differ from its record by another
+    machine's rounding (here: the record moved by 1e-6 of itself), not by a different computation
+    (a recorded token changed: its reward or length no longer matches)."""
+    from podsrl.replay import ReplayMismatch
+
+    run = train(tiny_config("steps=2", "save_rollouts=true",
+                            f"output_dir={tmp_path / 'run'}"))
+    lines = lost_checkpoints(run, 2)
+    record = json.loads(lines[2])
+    assert record["grad_norm"] > 0
+    record["grad_norm"] *= 1 + 1e-6
+    (run / "metrics.jsonl").write_text("".join(f"{line}\n" for line in [*lines[:2], json.dumps(record)]))
+    kept = (run / "rollouts.jsonl").read_text()
+    train(tiny_config("steps=2", "save_rollouts=true", "replay=true",
+                      f"output_dir={run}"))
+    lines = lost_checkpoints(run, 2)
+    calls = [json.loads(line) for line in kept.splitlines()]
+    calls[0]["ids"][0] = calls[0]["ids"][0][:-1] or [0, 0]  # one completion a token shorter (or longer)
+    (run / "rollouts.jsonl").write_text("".join(json.dumps(call) + "\n" for call in calls))
+    with pytest.raises(ReplayMismatch, match="step 1 of .* differs from its record"):
+        train(tiny_config("steps=2", "save_rollouts=true", "replay=true",
+                          f"output_dir={run}"))
+
+
+@pytest.mark.parametrize("setting", ["replay", "save_rollouts"])
+def test_replay_and_save_rollouts_under_several_processes_are_refused_before_anything_is_written(tiny_config, tmp_path,
+                                                                                                  setting):
+    from types import SimpleNamespace
+
+    from podsrl.errors import PodsError
+    from podsrl.trainer import setup
+
+    launched = SimpleNamespace(num_processes=2, is_main_process=True)  # what accelerate launch with two processes gives
+    with pytest.raises(PodsError, match=f"{setting}=true runs on one process \\(2 were launched\\)"):
+        setup(tiny_config(f"{setting}=true", "prompts_per_step=2", f"output_dir={tmp_path / 'run'}"), launched)
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_reward_workers_are_forked_before_the_model_loads(tiny_config, tmp_path, children_at_model_load):
     """Forked later, a worker would keep a stale copy of the weights (and, resumed, the optimizer
     state) once the updates rewrite them: the worker that scores is one that was alive

@@ -200,7 +200,8 @@ def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget
         if done[method, seed] is not None and done[method, seed] >= total:
             print(f"[{i}/{len(plan)}] {method} seed {seed}: done ({done[method, seed]:.0f}{unit} of {total:.0f}{unit})", flush=True)
             continue
-        c.replay = True
+        c.replay = True  # a run whose checkpoint is lost trains its logged steps again: on its recorded
+        c.save_rollouts = not c.async_lag  # completions where it kept them, without generating
         if run_dir.is_dir() and latest_checkpoint(run_dir) is not None:
             c.resume = True
         elif run_dir.exists() and (kept := finished_steps(run_dir)):  # interrupted, and its checkpoint lost
@@ -344,9 +345,12 @@ def _refuse_settings_of_compare(config_path: str | None, overrides: list[str], m
 
 def prune(run_dir: Path, keep: str) -> None:
     """What a finished run keeps (:data:`KEEP`): its last checkpoint goes unless ``checkpoint``;
-    with ``model``, its model folder stays as ``final_model/``."""
+    with ``model``, its model folder stays as ``final_model/``. Its recorded completions, which
+    only a replay of an unfinished run needs, go."""
     from podsrl.checkpoint import latest_checkpoint
+    from podsrl.rollout.recorded import FILE as ROLLOUTS_FILE
 
+    (run_dir / ROLLOUTS_FILE).unlink(missing_ok=True)
     ckpt = latest_checkpoint(run_dir)
     if keep == "checkpoint" or ckpt is None:
         return

@@ -292,6 +292,12 @@ class Config:
     included; the run then goes on as a resume would. A step that differs stops the run with an
     error naming it, the folder as it was found. Checkpoints are saved from the last replayed step
     on. Refused where a result-changing setting differs from the run's ``config.yaml``; one process."""
+    save_rollouts: bool = False
+    """Keep every completion the run samples in ``rollouts.jsonl`` (token ids, about 10 kB a step
+    for 128 completions of 40 tokens), so that ``replay=true`` trains the logged steps again on
+    them, without generating: a replay then costs each step's scoring and update alone, and holds
+    on another machine, whose arithmetic would sample other tokens (the records are then checked
+    to a relative 1e-4 where their values are not integers). One process, ``async_lag=0``."""
     allow_config_change: bool = False
     """Resume (or let ``podsrl compare`` reuse a run) even where result-changing settings differ
     from the run's; the new values apply from the resumed step on, and the previous config is
@@ -546,6 +552,8 @@ def validate(c: Config, baseline: Config | None = None, evaluating: bool = False
              "or rollout.top_p=1.0")
         need(c.clock == "wall", f"async_lag={c.async_lag} with clock=cpu: the CPU clock counts the training process's "
              "CPU seconds, and the generation worker's would not count; use clock=wall")
+        need(not c.save_rollouts, f"save_rollouts with async_lag={c.async_lag}: the generation worker samples, and "
+             "its completions are not recorded; set save_rollouts=false (a replay then generates again)")
     need(c.reward_wall_timeout_s >= c.reward_timeout_s, "reward_wall_timeout_s must be >= reward_timeout_s")
     need(c.reward_memory_mb >= 0, f"reward_memory_mb must be >= 0 (0: no cap), got {c.reward_memory_mb}")
     need(c.reward_memory_mb == 0 or c.reward_workers != 0,
@@ -716,7 +724,7 @@ def _check_trackers(names: list[str]) -> None:
             raise PodsError(f"report_to names {name!r}, which is not installed: pip install {name}")
 
 
-NOT_RESULTS = frozenset({"output_dir", "resume", "replay", "allow_config_change", "progress", "report_to", "log_completions",
+NOT_RESULTS = frozenset({"output_dir", "resume", "replay", "save_rollouts", "allow_config_change", "progress", "report_to", "log_completions",
                          "save_every", "save_optimizer", "threads", "async_worker_threads"})
 """Settings that change where and how a run reports, not what it trains or measures."""
 MAPPINGS = ("task.config.",)

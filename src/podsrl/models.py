@@ -154,7 +154,19 @@ def load_model(name_or_path: str, dtype: str = "float32", trust_remote_code: boo
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or model.config.eos_token_id
     if load_in_4bit and not cuda:
         check_cpu_4bit(model, name_or_path)
+        compute_4bit_as_configured(model)
     return model
+
+
+def compute_4bit_as_configured(model) -> None:
+    """Keep bitsandbytes' 4-bit layers computing in their compute dtype on every CPU. On one with
+    AVX512-BF16, bitsandbytes repacks a layer's weight the first time it runs in evaluation mode
+    (generation, held-out evaluation) and from then on multiplies in bf16, in training mode too
+    (``Linear4bit.forward``, ``matmul_4bit``): the sampler's log-probs and the trainer's would then
+    round differently than on another CPU, and an importance ratio of 1 read as 0.96."""
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
 
 
 CPU_4BIT_ROWS = 32

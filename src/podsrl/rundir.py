@@ -37,7 +37,7 @@ COMMIT_FILE = "podsrl_commit.txt"
 started or resumed, and when (UTC)."""
 OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "completions.jsonl",
        ".completions.jsonl.tmp", "eval_completions.jsonl", ".eval_completions.jsonl.tmp", "checkpoints",
-       TRACKER_FOLDER, ".aim", "final_model", COMMIT_FILE}
+       TRACKER_FOLDER, ".aim", "final_model", COMMIT_FILE, "rollouts.jsonl"}
 """What podsrl writes into a run folder: the files, the checkpoints, the trackers' logs."""
 EARLIER_CONFIG = "config.before-step-{step:06d}.yaml"
 """The config a run was trained with up to a resume that changed it (``allow_config_change``)."""

@@ -54,6 +54,8 @@ from podsrl.replay import EVAL_KEYS, ReplayMismatch, check_replayed, replay_reco
 from podsrl.rewards import load_reward
 from podsrl.rewards.scorer import Scorer
 from podsrl.rollout import Rollouts, check_engine, make_engine
+from podsrl.rollout.recorded import FILE as ROLLOUTS_FILE
+from podsrl.rollout.recorded import RolloutLog
 from podsrl.sampling import Groups, Sampler, step_seed
 from podsrl.tasks import Task, task_from_config
 
@@ -89,6 +91,7 @@ class Setup:
     train_cpu_seconds: float = 0.0  # this process's CPU time over the same phases
     completions_log: TextIO | None = None  # completions.jsonl and eval_completions.jsonl, open
     eval_log: TextIO | None = None  # in the main process while a run logs completions
+    rollout_log: RolloutLog | None = None  # save_rollouts: the sampler's engine, recording
 
     @property
     def output_dir(self) -> Path:
@@ -126,6 +129,10 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
     if c.async_lag and accelerator.num_processes > 1:
         raise PodsError(f"async_lag={c.async_lag} runs on one process ({accelerator.num_processes} were launched): its "
                         "generation worker does not yet serve several; launch one process, or set async_lag=0")
+    for name in ("replay", "save_rollouts"):
+        if getattr(c, name) and accelerator.num_processes > 1:
+            raise PodsError(f"{name}=true runs on one process ({accelerator.num_processes} were launched): launch one, "
+                            f"or set {name}=false")
     if accelerator.num_processes > 1:  # every rank writes to the folder the main process named
         from accelerate.utils import broadcast_object_list
 
@@ -138,9 +145,6 @@ def setup(c: Config, accelerator: Accelerator | None = None) -> Setup:
         log.warning("task %s trains on its held-out problems (%s): held-out accuracy measures them after training "
                     "on them", c.task.name, "task.path is one file" if c.task.name == "gsm8k" else "no task.train_path")
     reward_fns = {name: load_reward(name) for name in c.rewards}
-    if c.replay and accelerator.num_processes > 1:
-        raise PodsError(f"replay=true runs on one process ({accelerator.num_processes} were launched): launch one, "
-                        "or set replay=false")
     run = rundir.claim(output_dir, c.resume, accelerator, replay=c.replay)
     if c.replay and accelerator.is_main_process:  # logged steps that a failure before training must keep
         run.logged_step = rundir.finished_steps(output_dir)
@@ -231,8 +235,10 @@ def load(c: Config, accelerator: Accelerator, task: Task, scorer: Scorer, run: r
     if c.async_lag:  # generation in a worker process, async_lag steps ahead
         s.sampler = AsyncSampler(c, accelerator.unwrap_model(model), state.get("sampling"), s.start_step, resume_from)
     else:
-        s.sampler = Sampler(c, task, s.engine, scorer, tokenizer, s.system_prompt, accelerator, state.get("sampling"),
-                            s.start_step)
+        if c.save_rollouts and run is not None:  # the training rollouts (not the evaluations') recorded
+            s.rollout_log = RolloutLog(s.engine, tokenizer, run.path / ROLLOUTS_FILE, accelerator.device)
+        s.sampler = Sampler(c, task, s.rollout_log or s.engine, scorer, tokenizer, s.system_prompt, accelerator,
+                            state.get("sampling"), s.start_step)
     return s
 
 
@@ -541,6 +547,8 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None, replay
     while step < c.steps and not (c.time_budget_s and _clock(s, c) >= c.time_budget_s):
         step += 1
         t0, cpu0, clock0 = time.perf_counter(), time.process_time(), _clock(s, c)
+        if s.rollout_log is not None:  # a replayed step's recorded completions, rather than sampled again
+            s.rollout_log.serving, generated = step in replayed, s.rollout_log.generated
         # 1-3. this rank's prompts and their rollouts, scored while later ones are generated, in one
         # rollout phase of the engine (weights gathered or pushed once, the same on every rank)
         with s.engine.phase():
@@ -573,7 +581,9 @@ def _loop(s: Setup, c: Config, metrics_file, bar, last_eval: dict | None, replay
             "update_peak_memory_mb": mem.peak_mb, "update_memory_delta_mb": mem.delta_mb,
         }
         if step in replayed:  # the logged step trained again: its record (evaluation included) and clock stand
-            check_replayed(replayed[step], _jsonable(record), s.output_dir)
+            # from its recorded completions, only the arithmetic may differ; sampled again, nothing may
+            exact = s.rollout_log is None or s.rollout_log.generated > generated
+            check_replayed(replayed[step], _jsonable(record), s.output_dir, exact)
             s.train_seconds, s.train_cpu_seconds = replayed[step]["train_seconds"], replayed[step]["train_cpu_seconds"]
             bar.update(min(_clock(s, c) - clock0, c.time_budget_s - bar.n) if by_clock else 1)
             if step == max(replayed):  # from here on, the run is at its logged state
