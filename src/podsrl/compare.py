@@ -220,11 +220,10 @@ def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget
 
 def _train_and_prune(line: str, c, run_dir: Path, keep: str) -> None:
     """One run of a comparison (``line`` says that it starts)."""
-    from podsrl.trainer import train
-
     from podsrl.checkpoint import latest_checkpoint
     from podsrl.replay import ReplayMismatch
     from podsrl.rundir import discard_unfinished
+    from podsrl.trainer import train
 
     print(line, flush=True)
     try:

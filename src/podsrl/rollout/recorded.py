@@ -51,11 +51,16 @@ def read_rows(path: Path) -> dict[tuple, dict]:
             if number == len(lines):  # no newline after it: a write cut short
                 break
             raise
-        for i, key in enumerate(call["keys"]):
-            rows[tuple(key)] = {"ids": call["ids"][i], "width": call["width"], "prompt_width": call["prompt_width"],
-                                "logp": call["logp"][i] if call.get("logp") else None,
-                                "support": call["support"][i] if call.get("support") else None}
+        rows.update(call_rows(call))
     return rows
+
+
+def call_rows(call: dict) -> dict[tuple, dict]:
+    """A recorded call's rows by key, each with its call's widths."""
+    return {tuple(key): {"ids": call["ids"][i], "width": call["width"], "prompt_width": call["prompt_width"],
+                         "logp": call["logp"][i] if call.get("logp") else None,
+                         "support": call["support"][i] if call.get("support") else None}
+            for i, key in enumerate(call["keys"])}
 
 
 class RolloutLog:
@@ -68,8 +73,8 @@ class RolloutLog:
         self.rows = read_rows(path)
         self.serving = False
         """Set by the trainer while it replays logged steps."""
-        self.served, self.generated = 0, 0
-        """Rows answered from the file, and rows the engine generated."""
+        self.generated = 0
+        """Rows the engine generated (not answered from the file)."""
 
     @property
     def eos_ids(self):
@@ -88,7 +93,6 @@ class RolloutLog:
             out = self._recorded(prompts, n, keys)
             if on_chunk is not None:
                 on_chunk(0, out.texts, [self.rows[k]["ids"] for k in keys])
-            self.served += len(keys)
             return out
         out = self.engine.generate(prompts, n, temperature, max_new_tokens, seeds=seeds, on_chunk=on_chunk,
                                    first_row=first_row)
@@ -107,10 +111,7 @@ class RolloutLog:
             call["support"] = [row[m].tolist() for row, m in zip(out.sampler_support.cpu(), mask)]
         with open(self.path, "a") as f:
             f.write(json.dumps(call) + "\n")
-        for i, key in enumerate(keys):
-            self.rows[key] = {"ids": call["ids"][i], "width": call["width"], "prompt_width": call["prompt_width"],
-                              "logp": call["logp"][i] if "logp" in call else None,
-                              "support": call["support"][i] if "support" in call else None}
+        self.rows.update(call_rows(call))
 
     def _recorded(self, prompts: list[str], n: int, keys: list[tuple]) -> Rollouts:
         """The call's rollouts rebuilt from the file: prompts encoded as the engines encode them
