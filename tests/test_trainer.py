@@ -217,6 +217,26 @@ def test_a_replay_on_recorded_completions_allows_rounding_and_no_more(tiny_confi
                           f"output_dir={run}"))
 
 
+def test_a_rollout_log_cut_short_keeps_its_whole_calls_and_a_broken_line_names_itself(tmp_path):
+    """rollouts.jsonl as metrics.jsonl: a last line a killed write left without its newline is
+    dropped; a broken line before it is an error naming the file and line, not a traceback."""
+    from podsrl.errors import PodsError
+    from podsrl.rollout.recorded import read_rows
+
+    call = {"keys": [["ab", 3, 0], ["ab", 3, 1]], "ids": [[5, 2], [7]], "width": 2, "prompt_width": 4}
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text(json.dumps(call) + "\n" + json.dumps(call | {"keys": [["cd", 3, 0]]})[:30])
+    rows = read_rows(path)
+    assert list(rows) == [("ab", 3, 0), ("ab", 3, 1)] and rows[("ab", 3, 1)]["ids"] == [7]
+    assert rows[("ab", 3, 0)]["logp"] is None and rows[("ab", 3, 0)]["width"] == 2
+    path.write_text('{"keys": [["ab"\n' + json.dumps(call) + "\n")
+    with pytest.raises(PodsError, match=r"rollouts.jsonl:1: not a podsrl rollout log record"):
+        read_rows(path)
+    path.write_text(json.dumps({"ids": [[1]]}) + "\n")
+    with pytest.raises(PodsError, match=r"rollouts.jsonl:1: not a podsrl rollout log record \(no keys\)"):
+        read_rows(path)
+
+
 @pytest.mark.parametrize("setting", ["replay", "save_rollouts"])
 def test_replay_and_save_rollouts_under_several_processes_are_refused_before_anything_is_written(tiny_config, tmp_path,
                                                                                                   setting):

@@ -237,14 +237,15 @@ def _share_tied(state_dict: dict, model) -> None:
             state_dict[name] = state_dict[first[id(param)]]
 
 
-def read_metrics(path: Path) -> list[dict]:
-    """The records of a ``metrics.jsonl`` (or another per-step log): one JSON object per line,
-    each with its ``step``. A last line cut short (the process was killed while writing it) is
-    dropped; any other line that is not such a record is an error naming the file and line."""
+def read_jsonl(path: Path, what: str, field: str, kind: type) -> list[dict]:
+    """The records a run wrote to ``path``, one JSON object per line, each with ``field`` of type
+    ``kind`` (``what`` names the kind of file in errors). A last line cut short (the process was
+    killed while writing it) is dropped; any other line that is not such a record is an error
+    naming the file and line."""
     try:
         text = path.read_text()
     except UnicodeDecodeError:
-        raise PodsError(f"{path}: not a podsrl log (not UTF-8 text)") from None
+        raise PodsError(f"{path}: not a {what} (not UTF-8 text)") from None
     except OSError as e:
         raise PodsError(f"cannot read {path}: {os_reason(e)}") from None
     lines = text.split("\n")
@@ -257,11 +258,16 @@ def read_metrics(path: Path) -> list[dict]:
         except json.JSONDecodeError as e:
             if number == len(lines):  # no newline after it: a write cut short
                 break
-            raise PodsError(f"{path}:{number}: not a podsrl log record ({e.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise PodsError(f"{path}:{number}: not a podsrl log record (no step)")
+            raise PodsError(f"{path}:{number}: not a {what} record ({e.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get(field), kind):
+            raise PodsError(f"{path}:{number}: not a {what} record (no {field})")
         records.append(record)
     return records
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The records of a ``metrics.jsonl`` (or another per-step log), each with its ``step``."""
+    return read_jsonl(path, "podsrl log", "step", int)
 
 
 def truncate_metrics(path: Path, step: int) -> None:

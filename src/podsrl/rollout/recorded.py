@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from podsrl.checkpoint import read_jsonl
 from podsrl.rollout import Rollouts
 
 FILE = "rollouts.jsonl"
@@ -38,19 +39,10 @@ def row_keys(prompts: list[str], n: int, seeds: list[int] | None, first_row: int
 def read_rows(path: Path) -> dict[tuple, dict]:
     """Each recorded row by key: ``ids``, and ``logp`` and ``support`` where recorded, with its
     call's ``width`` and ``prompt_width``. A last line cut short (a killed write) is dropped."""
-    rows = {}
     if not path.exists():
-        return rows
-    lines = path.read_text().split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            call = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):  # no newline after it: a write cut short
-                break
-            raise
+        return {}
+    rows = {}
+    for call in read_jsonl(path, "podsrl rollout log", "keys", list):
         rows.update(call_rows(call))
     return rows
 
