@@ -944,16 +944,6 @@ def test_eval_takes_load_in_4bit_without_lora_which_training_refuses(capsys):
     assert_one_error(code, err, "model.load_in_4bit needs LoRA (model.lora_r > 0): 4-bit weights do not train")
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="bitsandbytes' CPU kernels")
-def test_a_model_narrower_than_the_4bit_block_is_refused_at_load_on_the_cpu(capsys, tiny_model_dir):
-    pytest.importorskip("bitsandbytes")
-    # the tiny Llama's layers are 32 wide: bitsandbytes' CPU kernels pack 64 inputs a block
-    code, err = cli(capsys, "eval", f"model.name_or_path={tiny_model_dir}", "model.load_in_4bit=true", "task.test_size=2")
-    assert_one_error(code, err, "model.load_in_4bit on the CPU: bitsandbytes' CPU kernels need each 4-bit layer's "
-                                "input width a multiple of its block of 64")
-    assert "q_proj is 32 x 32" in err
-
-
 def _checkpoint_of_a_run(tmp_path, tiny_model_dir, *settings) -> Path:
     """A run folder as the trainer leaves it (its config.yaml, a checkpoint's model/) around the tiny model."""
     run = tmp_path / "run"

@@ -110,6 +110,28 @@ def test_4bit_base_with_lora_trains_on_the_cpu(tiny_config, monkeypatch):
     assert seen[0]["stats"]["loss"] != seen[1]["stats"]["loss"] and 0 < seen[0]["lora_b"] < seen[1]["lora_b"]
 
 
+@needs_bitsandbytes
+@pytest.mark.skipif(torch.cuda.is_available(), reason="bitsandbytes' CPU kernels")
+def test_a_4bit_model_computes_alike_in_evaluation_and_training_on_any_cpu(tiny_model_dir):
+    """On a CPU with AVX512-BF16, bitsandbytes repacks a 4-bit layer at its first forward in
+    evaluation mode and multiplies in bf16 from then on, and refuses layers narrower than its packing
+    (the tiny Llama's are 32 x 32; it packs 64 inputs a block). Loaded by podsrl, the tiny model
+    generates, and its logits in training mode equal those of evaluation mode, after it as before."""
+    from podsrl.models import load_model
+
+    model = load_model(tiny_model_dir, load_in_4bit=True)
+    ids = torch.tensor([[1, 5, 9, 13]])
+    model.train()
+    before = model(ids).logits.detach()
+    model.eval()
+    with torch.no_grad():
+        evaluated = model(ids).logits
+        generated = model.generate(ids, max_new_tokens=3, do_sample=False)
+    model.train()
+    assert torch.equal(evaluated, before) and torch.equal(model(ids).logits.detach(), before)
+    assert generated.shape == (1, 7)
+
+
 @pytest.mark.parametrize("lora", [[], ["model.lora_r=4", "model.lora_alpha=8"]], ids=["full", "lora"])
 def test_gradient_checkpointing_recomputes_and_leaves_the_gradient(tiny_config, tmp_path, monkeypatch, lora):
     """Checkpointing (on by default) runs each layer again in the backward and gives the gradient

@@ -153,7 +153,6 @@ def load_model(name_or_path: str, dtype: str = "float32", trust_remote_code: boo
                         dtype=DTYPES[dtype], trust_remote_code=trust_remote_code, **extra)
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or model.config.eos_token_id
     if load_in_4bit and not cuda:
-        check_cpu_4bit(model, name_or_path)
         compute_4bit_as_configured(model)
     return model
 
@@ -163,32 +162,11 @@ def compute_4bit_as_configured(model) -> None:
     AVX512-BF16, bitsandbytes repacks a layer's weight the first time it runs in evaluation mode
     (generation, held-out evaluation) and from then on multiplies in bf16, in training mode too
     (``Linear4bit.forward``, ``matmul_4bit``): the sampler's log-probs and the trainer's would then
-    round differently than on another CPU, and an importance ratio of 1 read as 0.96."""
+    round differently than on another CPU, and an importance ratio of 1 read as 0.96. The repacking
+    also needs each layer's outputs a multiple of 32 and its inputs of 64; without it any width runs."""
     for module in model.modules():
         if hasattr(module, "support_avx512bf16_for_cpu"):
             module.support_avx512bf16_for_cpu = False
-
-
-CPU_4BIT_ROWS = 32
-"""bitsandbytes' CPU kernels (``bitsandbytes.functional._convert_weight_packed_for_cpu``, used in
-evaluation and generation) pack a 4-bit weight in blocks of 32 output rows and of the quantisation
-block (the weight's ``blocksize``, 64) along its input."""
-
-
-def check_cpu_4bit(model, name_or_path: str) -> None:
-    """Refuse, at load, a 4-bit model whose layers bitsandbytes' CPU kernels cannot pack: each
-    quantised layer needs its input width a multiple of the 4-bit block and its output width a
-    multiple of :data:`CPU_4BIT_ROWS` (otherwise its first forward fails inside bitsandbytes)."""
-    for name, module in model.named_modules():
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
-        if state is None:
-            continue
-        rows, width = state.shape[0], state.shape[-1]
-        if width % state.blocksize or rows % CPU_4BIT_ROWS:
-            raise PodsError(f"model.load_in_4bit on the CPU: bitsandbytes' CPU kernels need each 4-bit layer's input "
-                            f"width a multiple of its block of {state.blocksize} and its output width a multiple of "
-                            f"{CPU_4BIT_ROWS}; {name_or_path}'s {name} is {rows} x {width} (use a wider model, a CUDA "
-                            "GPU, or leave model.load_in_4bit out)")
 
 
 def four_bit_config(dtype: str, cuda: bool = True):
