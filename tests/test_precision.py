@@ -116,7 +116,9 @@ def test_a_4bit_model_computes_alike_in_evaluation_and_training_on_any_cpu(tiny_
     """On a CPU with AVX512-BF16, bitsandbytes repacks a 4-bit layer at its first forward in
     evaluation mode and multiplies in bf16 from then on, and refuses layers narrower than its packing
     (the tiny Llama's are 32 x 32; it packs 64 inputs a block). Loaded by podsrl, the tiny model
-    generates, and its logits in training mode equal those of evaluation mode, after it as before."""
+    generates, and its logits in training mode equal those of evaluation mode, after it as before
+    (to 1e-5 of themselves: the autograd and no-grad paths may pick other attention kernels on
+    another CPU; bf16's rounding is a few 1e-3)."""
     from podsrl.models import load_model
 
     model = load_model(tiny_model_dir, load_in_4bit=True)
@@ -126,10 +128,11 @@ def test_a_4bit_model_computes_alike_in_evaluation_and_training_on_any_cpu(tiny_
     model.eval()
     with torch.no_grad():
         evaluated = model(ids).logits
-        generated = model.generate(ids, max_new_tokens=3, do_sample=False)
+        generated = model.generate(ids, max_new_tokens=3, min_new_tokens=3, do_sample=False)
     model.train()
-    assert torch.equal(evaluated, before) and torch.equal(model(ids).logits.detach(), before)
-    assert generated.shape == (1, 7)
+    torch.testing.assert_close(evaluated, before, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model(ids).logits.detach(), before, rtol=1e-5, atol=1e-6)
+    assert generated.shape == (1, 7)  # three tokens however the random weights round (no early EOS)
 
 
 @pytest.mark.parametrize("lora", [[], ["model.lora_r=4", "model.lora_alpha=8"]], ids=["full", "lora"])
