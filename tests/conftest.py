@@ -31,6 +31,13 @@ def install_command(extra: str) -> str:
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Under pytest -n (pytest-xdist: `make test` runs one worker per core), each worker computes on one
+# thread, and so do the processes it starts: workers of several threads each wait at each other's
+# OpenMP barriers on a machine with no core to spare (the default run's test, five times as long).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
 
 def free_port() -> int:
     """A TCP port free right now, so that launched process groups of concurrent tests (pytest -n)

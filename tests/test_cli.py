@@ -30,6 +30,7 @@ def run(*args, cwd=None, timeout=1800):
         (["train", "rewards=[no_such_module:fn]"], "cannot import reward function"),
     ],
 )
+@pytest.mark.slow
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, message):
     result = run(*args, f"output_dir={tmp_path / 'out'}", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
@@ -39,6 +40,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, message):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_nan_reward_mid_run_leaves_no_output(tmp_path, tiny_model_dir):
     result = run("train", f"model.name_or_path={tiny_model_dir}", "rewards=[rewards_for_tests:nan_reward]",
                  "steps=2", "prompts_per_step=2", "n=2", "m=2", "task.test_size=2",
@@ -50,6 +52,7 @@ def test_nan_reward_mid_run_leaves_no_output(tmp_path, tiny_model_dir):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_existing_output_dir_is_not_overwritten(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("x")
@@ -86,6 +89,7 @@ def test_smoke_config_on_the_embedded_model(tmp_path):
     assert all(isinstance(s["completion"], str) and isinstance(s["correct"], bool) for s in report["completions"])
 
 
+@pytest.mark.slow
 def test_version_help_without_arguments_and_where_the_keys_are():
     from podsrl import __version__
 
@@ -151,6 +155,7 @@ def test_bitsandbytes_import_note_about_a_hub_kernel_is_filtered():
     assert result.returncode == 0 and "kernels-community" not in result.stderr and "another warning" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_podsrl_script_imports_a_reward_module_beside_the_user(tmp_path):
     """`podsrl train rewards=[my_rewards:short]` next to my_rewards.py, as docs/rewards.md shows
     it, with nothing on PYTHONPATH: the console script imports it as `python -m podsrl` does."""

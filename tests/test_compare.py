@@ -149,6 +149,7 @@ def test_methods_parse():
         parse_methods(["pods"], base)
 
 
+@pytest.mark.slow
 def test_compare_runs_resumes_and_extends(tiny_model_dir, tmp_path):
     from podsrl.compare import run_all
 
@@ -173,6 +174,7 @@ def test_compare_runs_resumes_and_extends(tiny_model_dir, tmp_path):
     assert not (out / "pods" / "seed-0" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_a_step_budget_evaluates_every_method_at_the_same_steps_against_another_reference(tiny_model_dir, tmp_path):
     from podsrl.compare import recorded_reference, run_all
 
@@ -252,6 +254,7 @@ def tiny_compare_args(tiny_model_dir) -> list[str]:
             "rollout.max_new_tokens=4", "progress=false", "rewards=[rewards_for_tests:varied]"]
 
 
+@pytest.mark.slow
 def test_a_finished_comparison_is_not_reused_under_another_config(tiny_model_dir, tmp_path):
     from podsrl.compare import run_all
 
@@ -359,6 +362,7 @@ def test_reports_and_the_record_are_replaced_whole(tmp_path, monkeypatch):
     assert not list(tmp_path.glob(".*.tmp"))  # the torn copies removed
 
 
+@pytest.mark.slow
 def test_finished_runs_keep_metrics_only_unless_asked(tiny_model_dir, tmp_path):
     from podsrl.compare import run_all
 
@@ -554,6 +558,7 @@ def test_compare_refuses_the_settings_it_sets_itself(capsys, tmp_path, args, mes
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_jobs_train_each_run_in_a_process_of_its_own_with_the_same_results(tiny_model_dir, tmp_path, monkeypatch):
     """--jobs 2: the runs train in spawned processes (this one's train is never called) and give
     the records one at a time gives, on the same machine, to the last bit."""
@@ -579,6 +584,7 @@ def test_jobs_train_each_run_in_a_process_of_its_own_with_the_same_results(tiny_
     assert not list((tmp_path / "two").glob("*/seed-*/checkpoints"))  # pruned as one at a time prunes
 
 
+@pytest.mark.slow
 def test_a_run_failing_in_its_process_stops_the_queue_and_says_why(tiny_model_dir, tmp_path):
     from podsrl.compare import run_all
 

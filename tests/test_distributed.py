@@ -4,12 +4,15 @@ two-process run samples too and trains on the recording."""
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from conftest import REPO, launch, record_then_replay
 
 WORKER = str(REPO / "tests" / "distributed_worker.py")
+
+pytestmark = pytest.mark.slow  # both tests start processes under accelerate launch
 
 
 def test_two_processes_match_one(tiny_model_dir, tmp_path):

@@ -178,6 +178,7 @@ def fake_train(calls):
     return train
 
 
+@pytest.mark.slow
 def test_the_confirmation_drivers_run_seeds_8_to_15_then_8_to_12_reusing_pods(evidence, tmp_path, monkeypatch, capsys):
     """``evidence.py confirm-a`` and ``confirm-b`` as they will run, but in this process, one run at
     a time, with a train that writes made-up metrics; then their reports."""

@@ -348,10 +348,12 @@ def _as_written(gold: str) -> list[str]:
 # takes minutes for a held-out set; tower_of_hanoi's defaults give too few distinct questions).
 MULTILINE = ["arc_agi", "kakurasu", "manipulate_matrix", "mini_sudoku", "modulo_grid", "n_queens", "pool_matrix",
              "rearc", "rotate_matrix", "sudoku", "survo"]
+SLOW_GENERATORS = {"rearc", "sudoku"}  # 10 s and 30 s for their problems
 
 
 @needs_gym
-@pytest.mark.parametrize("dataset", MULTILINE)
+@pytest.mark.parametrize("dataset", [pytest.param(d, marks=pytest.mark.slow) if d in SLOW_GENERATORS else d
+                                     for d in MULTILINE])
 def test_gym_multiline_answer_exactly_right_scores_one(dataset):
     """The gold itself, as the reply or in answer tags, scores 1; with one entry changed, it does not."""
     problems = [p for p in _gym(dataset, 3).test if "\n" in p.answer.strip()]

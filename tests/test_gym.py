@@ -226,6 +226,7 @@ print(json.dumps([sys.flags.hash_randomization, reference,
 
 @needs_gym
 @pytest.mark.parametrize("options", HASHED, ids=["isomorphic_strings", "list_functions", "ransom_note+chain_sum"])
+@pytest.mark.slow
 def test_a_seed_gives_the_same_problems_in_every_process(options):
     """The held-out set and the stream, in processes with PYTHONHASHSEED 0, 1 and 2: the same
     problems (isomorphic_strings's: reasoning-gym's own at 0, which differ between 1 and 2)."""
@@ -511,6 +512,7 @@ def test_train_on_a_gym_task_end_to_end_on_the_embedded_model(tmp_path):
 
 
 @needs_gym
+@pytest.mark.slow
 def test_every_data_set_pays_its_gold_written_bare_or_in_tags():
     """Every exactly right answer is paid on every data set podsrl tasks lists, golds of several
     lines included (rotate_matrix, sudoku, ...): four entries of each, where the data set's own

@@ -22,6 +22,7 @@ HANGS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_command_past_its_timeout_fails_the_test_with_each_of_its_processes_stacks_and_ends():
     with pytest.raises(pytest.fail.Exception) as failed:
         run_showing_stacks([sys.executable, "-c", HANGS], timeout=3)

@@ -223,6 +223,7 @@ def test_mixed_share_against_monte_carlo():
     assert plan.mixed_share(0.2, 0.6, 8) == pytest.approx(float(((k > 0) & (k < 8)).mean()), abs=0.003)
 
 
+@pytest.mark.slow
 def test_concentration_fit_recovers_the_simulated_spread():
     """Steps whose mixed counts are drawn as the model says, at known concentrations: the fit
     lands within 25% of each (the grid is 5% apart)."""

@@ -47,6 +47,7 @@ def test_run_says_its_precision_and_a_cpu_run_is_fp32(tiny_config, caplog):
         assert "mixed precision no;" in caplog.text
 
 
+@pytest.mark.slow
 def test_bf16_autocast_trains(tmp_path, tiny_overrides):
     # its own process: accelerate keeps one precision per process
     result = subprocess.run([sys.executable, "-m", "podsrl", "train", *last_wins([*tiny_overrides, "mixed_precision=bf16", "steps=1"])],
@@ -63,6 +64,7 @@ def test_bf16_autocast_trains(tmp_path, tiny_overrides):
     (["mixed_precision=fp16"], "mixed_precision=fp16 needs a CUDA GPU"),
     (["mixed_precision=fp32"], "mixed_precision"),
 ])
+@pytest.mark.slow
 def test_precision_errors_are_one_line(tmp_path, tiny_model_dir, args, message):
     result = subprocess.run([sys.executable, "-m", "podsrl", "train", f"model.name_or_path={tiny_model_dir}", *args,
                              f"output_dir={tmp_path / 'out'}"], capture_output=True, text=True, env=subprocess_env(), timeout=600)
@@ -77,6 +79,7 @@ needs_bitsandbytes = pytest.mark.skipif(importlib.util.find_spec("bitsandbytes")
 
 
 @needs_bitsandbytes
+@pytest.mark.slow
 def test_4bit_base_with_lora_trains_on_the_cpu(tiny_config, monkeypatch):
     """QLoRA on the embedded model: NF4 base weights through bitsandbytes (on the CPU where there is
     no GPU); after each update the base weights are still 4-bit, only the LoRA parameters have

@@ -55,7 +55,7 @@ def test_settled_is_exactly_when_no_binary_rollout_can_change_the_selection(m):
 ACCURACY_AND_FORMAT = [0.0, 0.2, 1.0, 1.2]  # accuracy + 0.2 * format: bounds (0, 1.2)
 
 
-@pytest.mark.parametrize("m", [2, 3, 4])
+@pytest.mark.parametrize("m", [2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_settled_is_exactly_when_no_rollout_within_the_bounds_can_change_the_selection(m):
     """Rewards of four values (accuracy + 0.2 * format): settled iff no further rollouts, of any
     of the values, change the selected rewards' variance (for even m: the selected rewards); a
@@ -73,6 +73,7 @@ def test_settled_is_exactly_when_no_rollout_within_the_bounds_can_change_the_sel
     assert not settled([0.2, 1.2, 0.2, 1.2], 2, (0.0, 1.2)) and settled([0.0, 1.2], 2, (0.0, 1.2))
 
 
+@pytest.mark.slow
 def test_adaptive_n_with_accuracy_and_format_selects_what_pods_selects_from_all_n():
     """For every group of n = 6 rollouts of accuracy + 0.2 * format (4^6 of them) and m = 2, 4:
     the rounds of 2 that adaptive_n draws (stopping once settled) reach the selection, rewards and
@@ -359,6 +360,7 @@ def test_adaptive_n_refuses_a_reward_without_declared_bounds(tiny_config):
     tiny_config("adaptive_n=true", "rewards=[accuracy,format]", "reward_weights=[1.0,0.2]")
 
 
+@pytest.mark.slow
 def test_two_processes_with_every_option(tiny_model_dir, tmp_path):
     """Under accelerate launch (two CPU processes over gloo) the options run to the end: the
     processes draw the same prompts, share the history and take part in every round."""

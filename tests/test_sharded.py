@@ -19,6 +19,9 @@ from conftest import REPO, cpu_env, free_port, launch
 from podsrl import models
 from podsrl.checkpoint import read_metrics
 
+# every test here reads runs of two processes made once per module (a minute or more); -m 'not slow' skips them all
+pytestmark = pytest.mark.slow
+
 WORKER = str(REPO / "tests" / "sharded_worker.py")
 
 # Tolerances of a sharded run against DDP of the same run. They differ in how gradients are

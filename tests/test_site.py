@@ -14,6 +14,9 @@ import pytest
 
 from conftest import REPO
 
+# every test here reads the site, built once per module (mkdocs, half a minute or more); -m 'not slow' skips them all
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:

@@ -366,6 +366,7 @@ def test_log_completions_writes_the_first_rollouts_and_survives_resume(tiny_conf
     assert steps == [0] * 4 + [2] * 4 + [3] * 4
 
 
+@pytest.mark.slow
 def test_checkpoints_keep_the_optimizer_state_only_where_a_resume_needs_it(tiny_config, tmp_path, caplog):
     """A run that saves only at its end writes the model alone (Adam's moments are twice its
     trained weights); save_every (or save_optimizer=true) keeps them. A run resumed from a

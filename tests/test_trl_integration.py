@@ -194,6 +194,7 @@ def test_per_completion_tensors_stay_with_their_rows(make_trainer, loss_type):
     assert len(trained_ids(rec.losses[0])) == 2  # 2 groups of 4 generated, 2 x 2 kept, 2 micro-batches
 
 
+@pytest.mark.slow
 def test_two_processes_select_per_group_with_the_batch_std_over_both(tiny_model_dir, tmp_path):
     """accelerate launch, 2 processes (gloo), each holding one group of n = 4 per step, m = 2,
     scale_rewards="batch": the std is over the selected rewards of both processes. With beta > 0

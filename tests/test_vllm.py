@@ -47,6 +47,7 @@ def train(*overrides: str, env: dict | None = None, timeout: int = 900) -> subpr
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the message shown where vLLM is not installed")
+@pytest.mark.slow
 def test_vllm_not_installed_is_a_clear_error(tmp_path):
     result = train("rollout.engine=vllm", f"output_dir={tmp_path / 'out'}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -61,6 +62,7 @@ def test_vllm_not_installed_is_a_clear_error(tmp_path):
     (["rollout.kv_cache_mb=0"], "rollout.kv_cache_mb must be >= 1, got 0"),
     (["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1], got 1.5"),
 ])
+@pytest.mark.slow
 def test_bad_vllm_settings_are_one_line(tmp_path, overrides, message):
     result = train("rollout.engine=vllm", *overrides, f"output_dir={tmp_path / 'out'}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
