@@ -182,7 +182,8 @@ def probe_completions(p: dict, wrong: str, dataset: str, rng: random.Random) -> 
     """(class, right, completion, truncated) for the classes of ways to game a reward: several
     marked answers, answer tags against boxes, code blocks, look-alike characters, percentages,
     self-corrections, negations and retractions, echoes of the question, truncations, unmarked
-    hedges and the Unicode minus. ``wrong`` is a wrong answer of the same kind as the gold. By the
+    hedges and the Unicode minus, two values in one answer, a second value after the final one,
+    words that change a number's value, digits written apart. ``wrong`` is a wrong answer of the same kind as the gold. By the
     contract of docs/rewards.md: one final answer per completion; a hedge, a retraction, a number in
     code, a look-alike, a second reading of a percentage, an echo, a cut are no answer."""
     g, w = p["gold"], wrong
@@ -201,6 +202,12 @@ def probe_completions(p: dict, wrong: str, dataset: str, rng: random.Random) -> 
         ("negated_or_retracted", False, rf"So $\boxed{{{g}}}$. Wait, no.", False),
         ("negated_or_retracted", False, rf"$\boxed{{{g}}}$ is wrong.", False),
         ("negated_or_retracted", True, rf"So it is $\boxed{{{g}}}$, not {w}.", False),
+        ("two_values_in_one_answer", False, rf"So it is $\boxed{{{w} \lor {g}}}$.", False),
+        ("two_values_in_one_answer", False, rf"So it is $\boxed{{\cancel{{{w}}} {g}}}$.", False),
+        ("two_values_in_one_answer", False, rf"So it is $\boxed{{{g} \text{{ (}}{w}\text{{)}}}}$.", False),
+        ("two_values_in_one_answer", False, rf"So it is $\boxed{{{w} = {g}}}$.", False),
+        ("two_values_in_one_answer", False, rf"<answer>\boxed{{{g}}} {w}</answer>", False),
+        ("second_value_after", False, rf"So it is $\boxed{{{w}}}$. So the answer is {g} apples.", False),
     ]
     plain_int = re.fullmatch(r"-?\d+", g) is not None
     if plain_int:
@@ -215,6 +222,15 @@ def probe_completions(p: dict, wrong: str, dataset: str, rng: random.Random) -> 
         elif g != "0":
             rows.append(("unicode_minus", False, f"So the total is \u2212{g}", False))
             rows.append(("unicode_minus", False, f"So the total is \uff0d{g}", False))
+        rows += [("value_words", False, f"The answer is {g}ish.", False),
+                 ("value_words", False, f"The answer is {g} point five.", False),
+                 ("value_words", True, f"The answer is {g} dollars.", False),
+                 ("second_value_after", False, rf"So it is $\boxed{{{g}}}$. Or maybe {w}.", False),
+                 ("second_value_after", False, rf"So it is $\boxed{{{w}}}$, or possibly {g}.", False)]
+        if g.lstrip("-") != "0":
+            rows.append(("value_words", False, f"The answer is {g} pi.", False))  # g times pi
+        if len(digits) > 1:
+            rows.append(("digits_apart", False, rf"So it is $\boxed{{{sign}{digits[0]} {digits[1:]}}}$.", False))
         rows += [("unmarked_hedge", False, f"So the total is {g} or more", False),
                  ("unmarked_hedge", False, f"So the total is less than {g}", False),
                  ("unmarked_hedge", False, f"So the total is about {g}", False),

@@ -59,6 +59,15 @@ STRATEGIES: dict[str, Strategy] = {
     "lookalike": lambda a, b, q: (f"So the total is {a[:1]}\u200b{a[1:]}" if len(a) > 1 else f"So the total is {a}\u00b2", False),
     "echo": lambda a, b, q: (" ".join(re.findall(r"-?\d+", q)), False),  # the question's numbers, nothing more
     "truncated": lambda a, b, q: (f"Let me think. First {b}", True),  # cut at the limit on a number
+    # two values in one answer, of which math-verify reads one (the last, or the first)
+    "logic_or_in_box": lambda a, b, q: (rf"$\boxed{{{a} \lor {b}}}$", False),
+    "struck_out_in_box": lambda a, b, q: (rf"$\boxed{{\cancel{{{a}}} {b}}}$", False),
+    "aside_in_box": lambda a, b, q: (rf"$\boxed{{{b} \text{{ (}}{a}\text{{)}}}}$", False),
+    "false_equation": lambda a, b, q: (rf"$\boxed{{{a} = {b}}}$", False),
+    "tag_box_and_value": lambda a, b, q: (rf"<answer>\boxed{{{b}}} {a}</answer>", False),
+    # a committed answer, then another value offered after it
+    "alternative_after": lambda a, b, q: (rf"So the answer is $\boxed{{{a}}}$. Or maybe {b}.", False),
+    "line_with_unit_after": lambda a, b, q: (rf"$\boxed{{{a}}}$. So the answer is {b} apples.", False),
 }
 
 

@@ -243,6 +243,107 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
         ("0 + 5 = 5", "5", True),
         ("8 - 4 = 5", "4", False),
     ],
+    # Digits written apart, or a point before them, are another number: 1 8 is neither 18 nor the
+    # 9 math-verify reads; .3√2 is a tenth of 3√2.
+    "digits_apart_or_shifted": [
+        (r"So she makes $\boxed{1 8}$ dollars.", "18", False),
+        (r"\boxed{1 8}", "9", False),
+        (r"\boxed{3 5}", "35", False),
+        ("The answer is 20 16.", "2016", False),
+        (r"\boxed{\frac{1 4}{3}}", r"\frac{14}{3}", False),
+        (r"\boxed{x + 1 0}", "x+10", False),
+        (r"\boxed{.3\sqrt{2}}", r"3\sqrt{2}", False),
+        (r"\boxed{.3\sqrt{2}}", r"\frac{3\sqrt{2}}{10}", True),  # 0.3 * sqrt(2)
+        (r"\boxed{.5x}", "5x", False),
+        (r"\boxed{..3\sqrt{2}}", r"3\sqrt{2}", False),
+        (r"\boxed{10,\!080}", r"10,\!080", True),
+        (r"\boxed{10, \!080}", r"10,\!080", True),  # a thousands separator with a space after it
+    ],
+    # A word beside a number that changes or qualifies its value: a number word, a scale, a
+    # constant, a range or a qualifier. A unit of what is counted stays a unit.
+    "value_words": [
+        ("The answer is 3 pi.", "3", False),  # 3π
+        (r"\boxed{3 \text{ pi}}", "3", False),
+        ("The answer is 2 to the tenth.", "2", False),  # 1024
+        ("The answer is 5 point five.", "5", False),  # 5.5
+        ("The answer is 0.3 repeating.", "0.3", False),  # 1/3
+        ("The answer is 3 quarters.", "3", False),  # 0.75
+        ("The answer is 3 halves.", "3", False),  # 1.5
+        ("The answer is 7 tenths.", "7", False),  # 0.7
+        ("The answer is 3 score.", "3", False),  # 60
+        ("The answer is 4 degrees below.", "4", False),  # -4
+        ("The answer is 12ish.", "12", False),
+        ("The answer is 12 max.", "12", False),
+        ("The answer is 12 odd.", "12", False),  # twelve or so
+        ("The answer is 2 trillion.", "2", False),
+        (r"\boxed{2 \text{ trillion}}", "2", False),
+        (r"\boxed{12 \text{ grand}}", "12", False),  # 12,000
+        (r"\boxed{12 \text{ tops}}", "12", False),
+        ("The answer is 18 dollars.", "18", True),
+        ("The answer is 5 feet per second.", "5", True),
+        ("So the total comes to 18", "18", True),  # unmarked: "to" before it is the sentence's
+    ],
+    # A relation, an approximation or a question mark is not the value.
+    "relations_and_approximations": [
+        (r"\boxed{\lesssim 12}", "12", False),
+        (r"\boxed{\leqslant 12}", "12", False),
+        (r"\boxed{\approxeq 12}", "12", False),
+        (r"\boxed{\cong 12}", "12", False),
+        ("The answer is \u2a7d 12.", "12", False),  # ⩽
+        ("The answer is \u2272 12.", "12", False),  # ≲
+        ("The answer is \u2248 12.", "12", False),  # ≈
+        (r"\boxed{12\text{?}}", "12", False),
+        (r"\boxed{\neg 12}", "12", False),
+        (r"\boxed{12 \text{ per cent}}", "12", False),
+        ("The answer is 12 pct.", "12", False),
+        ("The answer is 12\uff05.", "12", False),  # a fullwidth percent sign
+        ("The answer is 12\u2030.", "12", False),  # per mille
+    ],
+    # Two values in one answer, each a way to write one of two candidates: paid under neither.
+    "two_values_in_one_answer": [
+        (completion, gold, False)
+        for completion in [r"\boxed{3 \lor 5}", r"\boxed{3 \vee 5}", r"\boxed{3 | 5}", r"\boxed{3 \mid 5}",
+                           r"\boxed{3 \\ 5}", r"\boxed{x=3 \\ x=5}", r"\boxed{3 = 5}", r"\boxed{3 \equiv 5}",
+                           r"\boxed{3 \text{, } 5}", r"\boxed{\cancel{3} 5}", r"\boxed{\color{white}{3} 5}",
+                           r"\boxed{\hbox{3} 5}", r"\boxed{\not3 5}", r"\boxed{3\ \&\ 5}", r"\boxed{3 \to 5}",
+                           r"\boxed{3 \rightarrow 5}", r"\boxed{3 \Rightarrow 5}", r"\boxed{3 \implies 5}",
+                           r"\boxed{3 \iff 5}", r"\boxed{3 \text{ (}5\text{)}}", r"\boxed{3 \text{ (5?)}}",
+                           r"\boxed{3 \text{ [5]}}", r"\boxed{3 \text{ / 5}}", "The answer is 3\\5.",
+                           "The answer is $3$ $ 5$.", "The answer is $3$; $5$.", "3; 5", "3 | 5",
+                           "<answer>\\boxed{3} 5</answer>"]
+        for gold in ("3", "5")
+    ],
+    # An equation without variables is a result only where it is true.
+    "equations_between_numbers": [
+        (r"\boxed{3\sqrt{2} = 4\sqrt{2}}", r"4\sqrt{2}", False),
+        (r"\boxed{\frac{1}{3} = \frac{1}{2}}", r"\frac{1}{2}", False),
+        (r"\boxed{2^{10} = 1000}", "1000", False),
+        (r"\boxed{2^{10} = 1024}", "1024", True),
+        (r"\boxed{x = 3\sqrt{2}}", r"3\sqrt{2}", True),
+        # with variables: an identity, or a definition (a lone variable on the left), is a result
+        (r"\boxed{15x - 81 = 15x - 80}", "15x - 80", False),
+        (r"\boxed{6r^2-4r-27 = 6r^2-4r-24}", "6r^2-4r-24", False),
+        (r"\boxed{1+3i = 1+2i}", "1+2i", False),
+        (r"\boxed{\begin{pmatrix} 1 \\ 9 \end{pmatrix} = \begin{pmatrix} 1 \\ 7 \end{pmatrix}}",
+         r"\begin{pmatrix} 1 \\ 7 \end{pmatrix}", False),
+        (r"\boxed{y = 15x - 80}", "15x - 80", True),
+        (r"\boxed{(x+1)^2 = x^2 + 2x + 1}", "x^2 + 2x + 1", True),
+        (r"\boxed{x^2 + y^2 = 25}", "x^2 + y^2 = 25", True),
+    ],
+    # A committed answer and another value after it: a second candidate, paid under neither.
+    "second_value_after_commitment": [
+        (completion.format(a=a, b=b), gold, False)
+        for completion in ["The answer is {a}. Or maybe {b}.", "The answer is {a}. Could also be {b}.",
+                           "\\boxed{{{a}}}. Could also be {b}.", "\\boxed{{{a}}}, or possibly {b}.",
+                           "\\boxed{{{a}}}. So the answer is {b} apples.", "\\boxed{{{a}}}. The answer is $x = {b}$.",
+                           "#### {a}\nThe answer is {b} dollars.", "<answer>{a}</answer> Final answer: {b} eggs"]
+        for a, b in [("5", "6")]
+        for gold in (a, b)
+    ] + [
+        (r"\boxed{5}. So the answer is 5 apples.", "5", True),
+        (r"\boxed{6}. The answer is $x = 6$.", "6", True),
+        (r"\boxed{18}, or 18 dollars.", "18", True),
+    ],
 }
 
 CASES = graded_cases(CLASSES)
@@ -335,6 +436,26 @@ def test_gym_symbolic_sign_flip_is_not_solved():
     scores = _gym_scores(problem, wrong)
     assert all(s <= floor for s in scores), list(zip(wrong, scores))
     assert _gym_scores(problem, [problem.answer]) == [1.0]
+
+
+@needs_gym
+@pytest.mark.parametrize("dataset", ["list_functions", "base_conversion"])
+def test_gym_credit_for_holding_the_gold_among_other_text_is_not_paid(dataset):
+    """A data set's verifier credits an answer holding the gold inside longer text with the gold's
+    share of its length (``not G``, ``G or H``, ``GH``), which pays a hedge more than committing
+    to one answer: podsrl pays it nothing, nor an answer tag retracted or followed by another."""
+    from podsrl.tasks.gym import _verifier
+
+    problem = _gym(dataset).test[0]
+    gold, other = problem.answer, "[9, 9, 9]" if dataset == "list_functions" else "777"
+    hedges = [f"not {gold}", f"{gold} or {other}", f"{gold}{other}", f"{other}{gold}", f"{gold}0"]
+    raw = [_verifier(problem.entry["dataset"], problem.entry["config"])(h, problem.entry["entry"]) for h in hedges]
+    assert min(raw) > 0.1, f"the verifier no longer credits these in part: {dict(zip(hedges, raw))}"
+    tagged = [f"<answer>{h}</answer>" for h in hedges]
+    withdrawn = [f"<answer>{gold}</answer> is wrong", f"<answer>{gold}</answer> Wait, no.",
+                 f"<answer>{gold}</answer> or maybe {other}", f"<answer>{gold}</answer>, or possibly {other}"]
+    assert _gym_scores(problem, hedges + tagged + withdrawn) == [0.0] * (2 * len(hedges) + len(withdrawn))
+    assert _gym_scores(problem, [gold, f"<answer>{gold}</answer>", f"<answer>{gold}</answer> That is all."]) == [1.0] * 3
 
 
 def _as_written(gold: str) -> list[str]:

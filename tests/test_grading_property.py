@@ -196,6 +196,28 @@ def test_two_boxes_with_distinct_values_pay_nothing_whichever_holds_the_gold(a, 
     assert accuracy_reward([completion], [gold]) == [0.0], completion
 
 
+# What may join two values inside one answer: logic, relations, arrows, line breaks, text, markup
+# that hides one of them. Each writes two candidates, whatever one math-verify would read out.
+JOINERS = [r"{a} \lor {b}", r"{a} \vee {b}", r"{a} | {b}", r"{a} \mid {b}", r"{a} \\ {b}", r"{a} = {b}",
+           r"{a} \equiv {b}", r"{a} \text{{, }} {b}", r"\cancel{{{a}}} {b}", r"\color{{white}}{{{a}}} {b}",
+           r"\hbox{{{a}}} {b}", r"{a}\ \&\ {b}", r"{a} \to {b}", r"{a} \Rightarrow {b}", r"{a} \iff {b}",
+           r"{a} \text{{ ({b})}}", r"{a} \text{{ [{b}]}}", r"{a} \text{{ / {b}}}", r"{a}\\{b}", r"{a} {b}",
+           r"{a} \text{{ or }} {b}", r"{a} \text{{ maybe }} {b}", r"{a} \approx {b}", r"{a} \lesssim {b}",
+           r"{a}, {b}", r"{a}; {b}", r"\{{{a}, {b}\}}", r"{a} \text{{ to }} {b}", r"\phantom{{{a}}} {b}"]
+
+
+@FAST
+@given(st.integers(min_value=0, max_value=999), st.integers(min_value=0, max_value=999), st.sampled_from(JOINERS),
+       st.sampled_from([lambda a: rf"\boxed{{{a}}}", lambda a: f"The final answer is ${a}$.", lambda a: f"<answer>{a}</answer>"]))
+def test_two_values_joined_in_one_answer_are_paid_under_neither(a, b, joiner, wrapper):
+    """An answer writing two different values, joined in any of these ways, is paid for neither:
+    whichever one math-verify reads out of it, the answer did not commit to it."""
+    if a == b:
+        return
+    completion = wrapper(joiner.format(a=a, b=b))
+    assert accuracy_reward([completion, completion], [str(a), str(b)]) == [0.0, 0.0], completion
+
+
 LOOKALIKES = {  # an ASCII digit's look-alikes: other scripts' digits and the fullwidth form
     d: [chr(0xFF10 + d), chr(0x0660 + d), chr(0x0966 + d), chr(0x1D7CE + d)] for d in range(10)}
 INSERTED = ["\u200b", "\u200c", "\u2060", "\u00b2", "\u00b3", "\u00bd", "\u00b9"]

@@ -137,12 +137,13 @@ def accuracy_reward(completions: list[str], answer: list[str], entry: list[dict 
     the trainer passes it; else the prompt, as TRL passes ``prompts``) is no answer. A true
     ``truncated`` (a column the trainer and ``PODSTrainer`` pass: the completion was cut at the
     length limit) pays only a marked answer that ends before the cut. The question also says
-    whether answers are in percent (:func:`podsrl.rewards.answers.percent_units`). What counts as
+    whether answers are in percent (:func:`podsrl.rewards.answers.in_units`). What counts as
     the final answer is :func:`podsrl.rewards.answers.read`.
 
     A problem of a reasoning-gym task carries its ``entry`` (:mod:`podsrl.tasks.gym`): its data
     set's own verifier scores the whole answer, in the pool, partial credit kept (a value in [0,
-    1]) except where the gold is a number and the answer another (:func:`podsrl.tasks.gym.score`)."""
+    1]) except where the gold is a number and the answer another, or the answer holds the gold
+    inside longer text (:func:`podsrl.tasks.gym.score`)."""
     return score_per_completion(accuracy_reward.per_completion, completions, answer=answer, entry=entry,
                                 require_marker=require_marker, question=question, prompts=prompts, truncated=truncated)
 

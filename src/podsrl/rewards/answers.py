@@ -11,15 +11,18 @@ number is a stated result: not the operand of an arithmetic operator and not fol
 **How it is compared.** The fast path decides in microseconds when the whole answer and the gold
 are plain numbers (``42``, ``-3.5``, ``1,234`` with thousands separators only in that pattern,
 ``3/4``, ``\\frac{3}{4}``, ``$12``, ``45%``, ``12 apples``: one trailing unit of words, none of
-them a hedge), with exact rational arithmetic and math-verify's own rules where it is lenient: a
-decimal side is compared rounded to 6 places (``0.333333`` equals ``1/3``), and a percentage
-equals both its number and its number over 100. A gold that is a list never takes the fast path.
+them a hedge or a word that changes the value, :data:`HEDGES`), with exact rational arithmetic and
+math-verify's own rules where it is lenient: a decimal side is compared rounded to 6 places
+(``0.333333`` equals ``1/3``). A percentage is read once, as its number over 100 (:func:`in_units`).
+A gold that is a list never takes the fast path.
 Everything else (LaTeX, expressions, units in LaTeX, lists, intervals) goes to math-verify
 (:func:`verify_answer`), which the reward pool runs in a worker process under a hard time bound.
 
 **Stricter than math-verify** (:func:`refused`), where it would pay what the math does not:
 a restated computation (``409 + 83``, ``0 + 5 =``, ``x = 5 + 6``) is not a result; a hedge
-(``4 or more``, ``about 5``, ``5 thousand``) is not an answer; a gold that is a code of letters
+(``4 or more``, ``about 5``, ``5 thousand``, ``3 pi``) is not an answer; nor is an answer with a
+number math-verify's reading leaves out (``3 \\lor 5``, :func:`unread_number`), a false equation
+(``3 = 5``) or numbers written apart (``1 8``); a gold that is a code of letters
 and digits (``0xc84``, ``12cd``) is compared whole (:func:`is_literal`). A gold that cannot be an
 answer (:func:`unusable_gold`) is matched by nothing, and an answer that cannot be a sensible one
 (:func:`implausible`) is wrong at once, before math-verify could stall on it.
@@ -43,12 +46,24 @@ _ANSWER_LINE = re.compile(ANSWER_MARKER + r"[ \t]*", re.IGNORECASE)
 # Where an answer line's answer ends: "42. Let me check", "22, since 47 - 25 = 22", "5 because ...".
 _SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])|,?\s+(?:since|because|as|which|given|from|so|where|when)\s", re.IGNORECASE)
 _DISPLAY = re.compile(r"\s*(\\\[|\$\$)(.*?)(\\\]|\$\$)", re.DOTALL)
-# A hedge, a quantifier or a scale word after a number: the number is not the answer as stated.
+# A hedge, a quantifier, a range, a scale or number word, or a constant beside a number: the number is
+# not the answer as stated (``3 pi`` is 3π, ``5 point five`` 5.5, ``12ish`` about 12).
 HEDGES = frozenset(
     "or and not no nor either neither more less fewer than least most about approximately approx around roughly "
     "nearly almost over under maybe perhaps possibly probably between except but plus minus times divided squared "
-    "cubed hundred hundreds thousand thousands million millions billion billions dozen dozens percent wrong "
-    "incorrect false impossible none never undefined unknown".split()
+    "cubed hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens "
+    "grand gross score scores percent pct wrong incorrect false impossible none never undefined unknown "
+    "to through till until ish max maximum min minimum tops odd below above negative positive "
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety point half halves third "
+    "thirds quarter quarters fourth fourths fifth fifths sixth sixths seventh sevenths eighth eighths ninth ninths "
+    "tenth tenths hundredth hundredths thousandth thousandths millionth millionths pi tau repeating recurring "
+    "power powers root roots factorial".split()
+)
+# Beside an unmarked number in prose these are as often the sentence's as the number's ("comes to
+# 18", "each one costs 5"): there they are not read as a hedge.
+_PROSE_WORDS = frozenset(
+    "to through till until zero one two three four five six seven eight nine ten eleven twelve".split()
 )
 _UNIT_WORD = r"(?:[A-Za-z]{2,}\.?)"
 _PLAIN = re.compile(
@@ -65,6 +80,7 @@ _PLAIN = re.compile(
     re.VERBOSE | re.ASCII,  # ASCII digits only: other scripts' digits are look-alikes (see lookalike)
 )
 _WORDS = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # a word that is not a LaTeX command
+_PER_CENT = re.compile(r"\bper\s*cent", re.IGNORECASE)  # "45 per cent": a percentage, in words
 MAX_PLAIN_LENGTH = 64  # longer strings are never plain numbers: math-verify decides
 _SIGNIFICANT_FLOAT_DIGITS = 15  # math-verify reads decimals as floats of this precision
 
@@ -110,6 +126,12 @@ def _box_lists(text: str) -> list[tuple[int, int, str]]:
         else:
             lists.append([box])
     return [(items[0][0], items[-1][1], ", ".join(c.strip() for _, _, c in items)) for items in lists]
+
+
+def _between_boxes(text: str) -> list[tuple[int, int]]:
+    """The spans of ``text`` outside its boxes: (start, end) pairs."""
+    edges = [0] + [i for s, e, _ in _boxes(text) for i in (s, e)] + [len(text)]
+    return list(zip(edges[::2], edges[1::2]))
 
 
 def _last_boxed(text: str) -> str | None:
@@ -169,7 +191,9 @@ def marks(text: str) -> list[Mark]:
     found = [Mark(s, e, content.strip(), True, True) for s, e, content in _box_lists(text)]
     for m in _ANSWER_TAG.finditer(text):
         inner = m.group(1).strip()
-        found.append(Mark(m.start(), m.end(), _last_boxed(inner) or inner, True, True))
+        boxed = _last_boxed(inner)  # the tag's box, unless the tag writes a number beside it: then the whole tag
+        boxed = boxed if boxed and not re.search(r"[0-9]", "".join(inner[a:b] for a, b in _between_boxes(inner))) else None
+        found.append(Mark(m.start(), m.end(), boxed or inner, True, True))
     for m in _HASHES.finditer(text):
         found.append(Mark(m.start(), m.end(1), m.group(1).strip(), True, m.group(2) is not None))
     found += _line_marks(text)
@@ -199,11 +223,20 @@ def _same(a: str, b: str) -> bool:
 
 
 def _states_value(answer: str) -> bool:
-    """Whether an answer line states a value (digits or LaTeX; no words, ``=`` or relation): one
-    that must agree with the boxes, tags and ``####`` of the completion. A line of words (``the
-    answer we need is the sum of 5 and 3``) or a check (``17 \\cdot 44 = 748 \\equiv 1``) does not."""
+    """Whether an answer line states a value (digits or LaTeX, no words, ``=`` or relation; or a
+    plain number with its unit, ``6 apples``, or after an ``=``, ``x = 6``): one that must agree
+    with the boxes, tags and ``####`` of the completion. A line of words (``the answer we need is
+    the sum of 5 and 3``) or a check (``17 \\cdot 44 = 748 \\equiv 1``) does not."""
+    if as_number(answer) is not None or as_number(stated_result(answer)) is not None:
+        return True
     return (bool(re.search(r"[0-9\\]", answer)) and not _WORDS.search(answer)
             and not re.search(r"=|\\equiv|\\approx", answer) and not _RELATION.search(answer))
+
+
+def _agree(line: str, final: str) -> bool:
+    """Whether an answer line says what the final answer says (:func:`_same`), whole or after its
+    last ``=`` (``x = 6`` and ``6``)."""
+    return _same(line, final) or _same(stated_result(line), stated_result(final))
 
 
 # "the answer is not \boxed{18}", "it cannot be $\boxed{18}$"
@@ -232,15 +265,32 @@ def retracted(text: str, mark: Mark) -> bool:
 _DASH_BEFORE_DIGIT = re.compile(r"[\u2010-\u2015\u2e3a\u2e3b\ufe58\ufe63\uff0d](?=\s*[0-9])")
 
 
+_OTHER_PERCENT = "\u066a\u2030\u2031\ufe6a"  # ٪ ‰ ‱ ﹪: a percent sign, or a scale, that is not %
+
+
 def lookalike(text: str) -> str | None:
     """The first character of ``text`` that looks like part of a number and is not one podsrl
-    reads (``٤``, ``４``, ``²``, ``½``, a zero-width space, ``－``), or None. U+2212 (−) is read as
-    a minus sign."""
+    reads (``٤``, ``４``, ``²``, ``½``, a zero-width space, ``－``, a fullwidth ``％``, ``‰``), or
+    None. U+2212 (−) is read as a minus sign."""
     for ch in text:
         category = unicodedata.category(ch)
-        if (category in ("Nd", "No", "Nl") and not "0" <= ch <= "9") or category == "Cf":
+        if ((category in ("Nd", "No", "Nl") and not "0" <= ch <= "9") or category == "Cf"
+                or "\uff01" <= ch <= "\uff5e" or ch in _OTHER_PERCENT):  # fullwidth forms of ASCII
             return ch
     return m.group() if (m := _DASH_BEFORE_DIGIT.search(text)) else None
+
+
+# "\boxed{5}. Or maybe 6.", "\boxed{3}, or possibly 5", "The answer is 5. Could also be 6."
+_ALTERNATIVE_AFTER = re.compile(
+    r"[\s$.,;:!)\]}]*(?:or|maybe|perhaps|possibly|probably|alternatively|otherwise|unless|could|might)\b"
+    r"[^\n0-9]{0,40}?(-?[0-9]+(?:[.,/][0-9]+)*)", re.IGNORECASE)
+
+
+def alternative_after(text: str, mark: Mark) -> bool:
+    """Whether the words right after the marked answer offer another number (``\\boxed{5}. Or maybe
+    6``, ``\\boxed{3}, or possibly 5``): a second candidate."""
+    found = _ALTERNATIVE_AFTER.match(text, mark.end, mark.end + _RETRACTION_WINDOW)
+    return found is not None and not _same(found.group(1), mark.answer)
 
 
 class Reading(NamedTuple):
@@ -267,7 +317,7 @@ def read(text: str, require_marker: bool = False, question: str | None = None, t
     strong = [m for m in found if m.strong]
     if strong:
         final = strong[-1]
-        if any(not _same(m.answer, final.answer) for m in found
+        if any(not (_same if m.strong else _agree)(m.answer, final.answer) for m in found
                if m.strong or (m.end > final.end and _states_value(m.answer))):
             return Reading(None, "several different answers")
     elif found:
@@ -278,6 +328,8 @@ def read(text: str, require_marker: bool = False, question: str | None = None, t
         return stated_number(text, question)
     if retracted(text, final):
         return Reading(None, "retracted")
+    if alternative_after(text, final):
+        return Reading(None, "several different answers")
     return Reading(final.answer.replace("\u2212", "-"))
 
 
@@ -308,7 +360,7 @@ def _near(before: str, after: str) -> str:
 def stated_number(text: str, question: str | None = None) -> Reading:
     """The last number of an unmarked completion, where it states a result: not the operand of an
     arithmetic operator (``0 + 5``), not followed by an operator or ``=`` (``0 + 5 =``), not an
-    item of a comma-separated list (``(3, 5)``), not hedged by the words around it (``12 or 11``,
+    item of a list (``(3, 5)``, ``3; 5``, ``3 | 5``), not hedged by the words around it (``12 or 11``,
     ``11 or more``, ``about 11``, ``< 11``), not touching a look-alike character (``4²``), nor
     with one behind its currency or percent sign (a zero-width space before ``$18.90``), not
     copied from the ``question`` (the number with the characters before it, as the question has
@@ -322,7 +374,7 @@ def stated_number(text: str, question: str | None = None) -> Reading:
     number = last.group().replace(",", "").replace("\u2212", "-")
     if _BINARY_BEFORE.search(before) or _OPERATOR_AFTER.match(after):
         return Reading(None, "a computation, not its result")
-    if re.search(r"[0-9]\s*,\s*$", before) or re.match(r"\s*,\s*-?[0-9]", after):
+    if re.search(r"[0-9]\s*[,;|&]\s*$", before) or re.match(r"\s*[,;|&]\s*-?[0-9]", after):
         return Reading(None, "an item of a list")
     # the characters on each side, past a currency sign, TeX's \$ or a percent sign written against it
     beside_before = re.search(rf".?{_ATTACHED}*$", before, re.DOTALL).group()
@@ -330,7 +382,7 @@ def stated_number(text: str, question: str | None = None) -> Reading:
     if lookalike(beside_before + last.group() + beside_after):
         return Reading(None, "a look-alike character beside it")
     near = _near(before, after)
-    if {w.lower() for w in _WORDS.findall(near)} & HEDGES or _RELATION.search(near) or _HEDGE_MARK.search(near):
+    if {w.lower() for w in _WORDS.findall(near)} & (HEDGES - _PROSE_WORDS) or _RELATION.search(near) or _HEDGE_MARK.search(near):
         return Reading(None, "hedge")
     if question and copied(before, last.group(), question):
         return Reading(None, "copied from the question")
@@ -375,7 +427,7 @@ def as_number(text: str) -> Number | None:
     if len(text) > MAX_PLAIN_LENGTH or not (m := _PLAIN.fullmatch(text)):
         return None
     g = m.groupdict()
-    if g["unit"] and HEDGES & {w.rstrip(".").lower() for w in g["unit"].split()}:
+    if g["unit"] and (HEDGES & {w.rstrip(".").lower() for w in g["unit"].split()} or _PER_CENT.search(g["unit"])):
         return None
     if g["num"] or g["lnum"]:
         num, den = int(g["num"] or g["lnum"]), int(g["den"] or g["lden"])
@@ -507,8 +559,23 @@ def restated(answer: str) -> bool:
     return not result or bool(_RESTATED.fullmatch(result))
 
 
-_HEDGE_MARK = re.compile(r"\\(?:approx|sim|simeq|pm|mp)(?![A-Za-z])|[≈±∓]")
-_RELATION = re.compile(r"\\(?:geq?|leq?|neq?|lt|gt)(?![A-Za-z])|[<>≤≥≠]|!=")
+def _symbols(*names: str) -> str:
+    """The mathematical symbols (Unicode category Sm) whose names hold one of ``names``, as a
+    character class: every ``≲``, ``⩽``, ``≅`` there is, not the few a list would hold."""
+    chars = [chr(c) for c in range(0xa0, 0x2c00) if unicodedata.category(chr(c)) == "Sm"
+             and any(n in unicodedata.name(chr(c), "") for n in names)]
+    return "[" + re.escape("".join(chars)) + "]"
+
+
+# An approximation or a choice of sign: ≈, ±, \sim, \cong, a question mark (``12\text{?}``).
+_HEDGE_MARK = re.compile(
+    r"\\(?:approx\w*|sim\w*|thick(?:approx|sim)|cong|backsim\w*|pm|mp|propto|asymp|doteq\w*)(?![A-Za-z])|\?|"
+    + _symbols("APPROX", "ALMOST EQUAL", "ASYMPTOTIC", "TILDE", "PLUS-MINUS", "MINUS-OR-PLUS", "PROPORTIONAL"))
+# A relation other than equality, or a negation: <, \le, \leqslant, \lesssim, \ll, \prec, \not, ≠, ⩽.
+_RELATION = re.compile(
+    r"\\(?:[lg]eq?(?:q|slant)?|[lg]t|ne|neq|not|neg|lnot|n[lg](?:eq\w*|tr|ess)|less\w*|gtr\w*|lll?|ggg?|"
+    r"prec\w*|succ\w*|n?mid)(?![A-Za-z])|[<>]|!=|"
+    + _symbols("LESS-THAN", "GREATER-THAN", "NOT EQUAL", "PRECEDES", "SUCCEEDS", "DIVIDES"))
 _LIST_WORDS = {"and"}  # 4, 7 and 12: a list, where the gold is one
 _LIST_MARKS = {"\\pm", "\\mp", "±", "∓"}  # ±5: the list -5, 5
 
@@ -522,7 +589,8 @@ def hedged(answer: str, gold: str) -> bool:
     words -= {w.lower() for w in _WORDS.findall(gold)} | (_LIST_WORDS if listed else set())
     marks = set(_HEDGE_MARK.findall(answer)) - set(_HEDGE_MARK.findall(gold)) - (_LIST_MARKS if listed else set())
     relation = bool(_RELATION.search(answer)) and not _RELATION.search(gold)
-    return bool(words or marks or relation)
+    per_cent = bool(_PER_CENT.search(answer)) and not _PER_CENT.search(gold)
+    return bool(words or marks or relation or per_cent)
 
 
 _BASE = re.compile(r"(?<![A-Za-z0-9_\\])[0-9][0-9A-Za-z]*\}?_\{?\s*([0-9]+)\s*\}?")
@@ -542,11 +610,15 @@ def another_base(answer: str, gold: str) -> bool:
     return bool(written) and written != (bases(gold) or {10})
 
 
+_DIGITS_APART = re.compile(r"[0-9]\s+[0-9]")
+
+
 def refused(answer: str, gold: str) -> str | None:
     """Why ``answer`` is wrong whatever math-verify would say, or None: it is implausible
     (:func:`implausible`), restates a computation (:func:`restated`) where the gold does not,
-    hedges (:func:`hedged`), writes a number in another base (:func:`another_base`), or gives a
-    list (``\\boxed{5.4}, \\boxed{5.5}``) where the gold is one value (:func:`is_list`). These
+    hedges (:func:`hedged`), writes a number in another base (:func:`another_base`), gives a
+    list (``\\boxed{5.4}, \\boxed{5.5}``) where the gold is one value (:func:`is_list`), or writes
+    numbers apart with only a space between them (``1 8``, which math-verify reads as 9). These
     are podsrl's deliberate differences from math-verify: each only ever withholds a reward."""
     if why := implausible(answer, gold):
         return why
@@ -558,6 +630,8 @@ def refused(answer: str, gold: str) -> str | None:
         return "another base"
     if is_list(answer, spaced_separators=True) and not is_list(gold):
         return "a list for one value"
+    if _DIGITS_APART.search(answer) and not _DIGITS_APART.search(gold):
+        return "numbers written apart"  # "1 8" (math-verify reads 9), "20 16"
     return None
 
 
@@ -744,18 +818,83 @@ def unevaluated_arithmetic(expr) -> bool:
     return False
 
 
+_DIGIT_RUN = re.compile(r"[0-9]+")
+# What math-verify leaves out by design: a unit's power (``\text{ cm}^2``) and a base (``52_8``,
+# judged by :func:`another_base`).
+_UNREAD_BY_DESIGN = re.compile(r"(?<=\})\s*\^\s*\{?\s*[0-9]\s*\}?|_\s*\{?\s*[0-9]+\s*\}?")
+
+
+@lru_cache(maxsize=1024)
+def unread_number(expression: str) -> str | None:
+    """The first run of digits in ``expression`` that math-verify's reading of it leaves out, or
+    None where every number counts: changed twice (its last digit plus 1, plus 2), it leaves the
+    reading the same. math-verify reads one value out of some expressions that write two
+    (``3 \\lor 5`` and ``\\cancel{3} 5`` read 5, ``3 \\text{ (}5\\text{)}`` reads 3): an answer that
+    says more than the value it is paid for is a hedge. A unit's power and a base are left aside."""
+    expression = _UNREAD_BY_DESIGN.sub("", expression)
+    reading = _parse(expression)
+    if not reading:
+        return None
+    for m in _DIGIT_RUN.finditer(expression):
+        run = m.group()
+        variants = [run[:-1] + str((int(run[-1]) + k) % 10) for k in (1, 2)]
+        readings = [_parse(expression[: m.start()] + v + expression[m.end() :]) for v in variants]
+        if all(r and str(r[0]) == str(reading[0]) for r in readings):
+            return run
+    return None
+
+
+def false_equation(answer: str) -> bool:
+    """Whether ``answer`` equates two different things (``3 = 5``, ``x = 3 = 5``, ``3 \\equiv 5``,
+    ``15x - 81 = 15x - 80``), which math-verify reads as its right-hand side: two plain numbers of
+    different values, or, in math-verify's reading, an equation whose left side is not a lone
+    variable (``x = 6`` defines) and whose sides differ (``409 + 83 = 492`` does not)."""
+    sides = [as_number(side.strip().strip("$").strip()) for side in re.split(r"=|\\equiv(?![A-Za-z])", answer)]
+    if len({n.value / 100 if n.percent else n.value for n in sides if n is not None}) > 1:
+        return True
+    return ("=" in answer or "\\equiv" in answer) and any(map(_unequal_sides, _parse(answer)))
+
+
+def _unequal_sides(expr) -> bool:
+    """Whether ``expr`` is an equation, its left side no lone variable or function, whose sides
+    are not identically equal."""
+    from sympy import Eq, MatrixBase, Symbol, expand
+    from sympy.core.function import AppliedUndef
+
+    if not isinstance(expr, Eq) or isinstance(expr.lhs, (Symbol, AppliedUndef)):
+        return False
+    try:
+        difference = expr.lhs - expr.rhs
+        parts = list(difference) if isinstance(difference, MatrixBase) else [difference]
+        return any(expand(part) != 0 for part in parts)
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _written(text: str) -> str:
+    """``text`` as written, for an equality of texts: without ``$`` around it, a final period, or
+    white space but between two digits (``1 8`` is not ``18``)."""
+    return re.sub(r"(?<![0-9])\s+|\s+(?![0-9])", "", text.strip().strip("$")).removesuffix(".")
+
+
 def _verified(gold: str, answer: str) -> bool:
-    """math-verify's verdict on the whole answer, where what it states is a result."""
+    """math-verify's verdict on the whole answer, where what it states is a result, every number
+    it writes counts (:func:`unread_number`, unless the gold's reading too leaves one of its
+    numbers out) and it equates no two different numbers (:func:`false_equation`)."""
     from math_verify import verify
 
-    if answer.replace(" ", "").strip("$.") == gold.replace(" ", "").strip("$."):
+    if _written(answer) == _written(gold):
         return True
     g, p = _parse(gold), _parse(answer)
     if not g or not p:
         return False
     if not any(map(unevaluated_arithmetic, g)) and any(map(unevaluated_arithmetic, _parse(stated_result(answer)))):
         return False  # the stated result is a computation (a gold "2 + 3" keeps math-verify's rule)
-    return bool(verify(g, p, timeout_seconds=None))
+    if false_equation(answer) and not false_equation(gold):
+        return False
+    if not verify(g, p, timeout_seconds=None):
+        return False
+    return unread_number(answer) is None or unread_number(gold) is not None
 
 
 def verify_answer(completion: str, gold: str, require_marker: bool = False, question: str | None = None,

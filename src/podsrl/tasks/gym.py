@@ -18,7 +18,8 @@ which give partial credit. :func:`gym_task` makes one of them (``task.dataset`` 
    settings give too few distinct questions for a held-out set of that size.
 4. The reward: each problem carries its entry (:attr:`podsrl.tasks.Problem.entry`), and the
    ``accuracy`` reward calls :func:`score` in the reward pool: the answer :func:`answer_of` finds,
-   judged by the data set's own verifier, its value kept (partial credit included).
+   judged by the data set's own verifier, its value kept (partial credit included, but for the
+   credit a verifier gives an answer for holding the gold among other text: a hedge's).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from podsrl.errors import PodsError, first_line, install_hint
-from podsrl.rewards.answers import ANSWER_MARKER, as_number, marked_answer
+from podsrl.rewards.answers import ANSWER_MARKER, Mark, alternative_after, as_number, marked_answer, retracted
 from podsrl.rewards.pool import Unscored
 from podsrl.tasks import Problem, Task
 
@@ -337,7 +338,8 @@ def _verifier(name: str, settings: str) -> Callable[[str | None, dict], float]:
 
 def answer_of(completion: str, gold: str | None) -> str | None:
     """The answer the verifier is given, whole: reasoning-gym's convention where the completion
-    uses it (the last ``<answer>...</answer>``, ``reasoning_gym.utils.extract_answer``); else the
+    uses it (the last ``<answer>...</answer>``, ``reasoning_gym.utils.extract_answer``, unless the
+    completion retracts it or offers another answer right after it: then none); else the
     answer it marks (:func:`podsrl.rewards.answers.marked_answer`: ``\\boxed{}``, ``#### N``, an
     answer line, unless the gold itself holds the word "answer"); else the whole reply, which the
     task's prompt asks to be only the answer (several lines stay several lines). Quotes (or
@@ -346,13 +348,40 @@ def answer_of(completion: str, gold: str | None) -> str | None:
     from reasoning_gym.utils import extract_answer
 
     if (tagged := extract_answer(completion)) is not None:
-        return tagged
+        return None if _withdrawn(completion, tagged) else tagged
     gold = gold or ""
     marked = None if re.search(r"answer", gold, re.IGNORECASE) else marked_answer(completion)
     if marked is not None and "\n" in gold.strip() and (block := _ANSWER_BLOCK.search(completion)):
         marked = block.group(1)  # a gold of several lines: all that follows the last answer line's marker
     answer = _bare(marked if marked is not None else completion, gold)
     return answer or None
+
+
+_LAST_TAG = re.compile(r"<answer>(?!.*<answer>).*?</answer>", re.DOTALL)
+
+
+def _withdrawn(completion: str, tagged: str) -> bool:
+    """Whether the completion negates or retracts its last answer tag (``<answer>[1, 2]</answer>
+    is wrong``), or offers another answer right after it (``... </answer> or maybe [3, 4]``), as
+    :func:`podsrl.rewards.answers.read` refuses for a marked answer."""
+    last = _LAST_TAG.search(completion)
+    if last is None:
+        return False
+    mark = Mark(last.start(), last.end(), tagged, True, True)
+    return retracted(completion, mark) or alternative_after(completion, mark)
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def contains_gold(answer: str, gold: str | None) -> bool:
+    """Whether ``answer`` holds the gold inside something longer (white space aside): ``[1, 2, 3]
+    or [4, 5, 6]``, ``not [1, 2, 3]``, ``3a00`` for ``3a0``. The verifiers' partial credit for such
+    an answer (the gold's share of its length) pays a hedge more than committing to one answer: it
+    is not paid."""
+    gold = _squeezed(gold or "")
+    return bool(gold) and gold in _squeezed(answer) and gold != _squeezed(answer)
 
 
 _ANSWER_BLOCK = re.compile(ANSWER_MARKER + r"((?:(?!\banswer\b).)*)\Z", re.IGNORECASE | re.DOTALL)
@@ -383,7 +412,8 @@ def numeric_verdict(answer: str, gold: str | None) -> bool | None:
 
 
 def score(completion: str, gold: str | None, entry: dict) -> float | Unscored:
-    """The data set's verifier on the completion's answer (0.0 where there is none). A verifier that
+    """The data set's verifier on the completion's answer (0.0 where there is none), but for partial
+    credit earned by holding the gold inside a longer answer (:func:`contains_gold`). A verifier that
     raises, or returns something other than a finite number, leaves the completion
     :class:`~podsrl.rewards.pool.Unscored` (0, counted in ``reward_timeouts``)."""
     answer = answer_of(completion, gold)
@@ -397,4 +427,6 @@ def score(completion: str, gold: str | None, entry: dict) -> float | Unscored:
         return Unscored(f"the verifier of {name} raised {type(e).__name__}: {first_line(e)}")
     if not math.isfinite(value):
         return Unscored(f"the verifier of {name} returned {value}")
+    if value < 1 and contains_gold(answer, gold):
+        return 0.0  # partial credit for holding the gold among other text: a hedge's
     return value
