@@ -98,14 +98,14 @@ LAG = "async_lag=1,threads=1,async_worker_threads=1"
 COMPARISONS = {
     "a": dict(A, seeds=range(0, 8), pods_from=None, primary="peak"),
     "b": dict(B, seeds=range(0, 5), pods_from="a", primary="peak"),
-    "confirm-a": dict(A, seeds=range(8, 16), pods_from=None, primary="gain"),
-    "confirm-b": dict(B, seeds=range(8, 13), pods_from="confirm-a", primary="gain"),
-    "confirm-b8": dict(B, seeds=range(8, 16), pods_from="confirm-a", ga_from="confirm-b", primary="gain"),
+    "confirm-a": dict(A, seeds=range(8, 16), pods_from=None, primary="gain", issue=50),
+    "confirm-b": dict(B, seeds=range(8, 13), pods_from="confirm-a", primary="gain", issue=50),
+    "confirm-b8": dict(B, seeds=range(8, 16), pods_from="confirm-a", ga_from="confirm-b", primary="gain", issue=62),
     "confirm-c": dict(methods=f"grpo,pods-async:{LAG},grpo-async:mode=grpo,n=8,{LAG},pods", reference="grpo",
                       overrides=["n=32", "m=8"], seeds=range(16, 24), pods_from=None, primary="gain", threads=2,
-                      clock="wall", jobs=1),
+                      clock="wall", jobs=1, issue=59),
     "confirm-gym": dict(methods="grpo,pods", reference="grpo", overrides=["n=32", "m=8"], seeds=range(8, 16),
-                        pods_from=None, primary="gain", gym=True, save_every=1),
+                        pods_from=None, primary="gain", gym=True, save_every=1, issue=62),
 }
 """Each comparison: its methods, seeds, reference and overrides; the comparison whose finished
 PODS runs of the same seeds it takes (they have its settings); and the target its pre-registered
@@ -361,7 +361,7 @@ def _figures(comparison: str, out: Path, methods: list[str], reference: str, don
         "never reaches the target.", "",
         "Pre-registered targets, on " + ("the paper's statistic (first reaching the reference's seed-mean peak), fixed "
                                          "before these runs:" if post_hoc else
-                                         f"{share} of the reference's gain, fixed (issue 50) before these runs:"), "",
+                                         f"{share} of the reference's gain, fixed (issue {spec['issue']}) before these runs:"), "",
         "| target | figure [95% CI] | result |", "|---|---|---|",
     ]
     complete = len(done) == len(COMPARISONS[comparison]["seeds"])

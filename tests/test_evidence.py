@@ -230,8 +230,9 @@ def test_the_confirmation_drivers_run_seeds_8_to_15_then_8_to_12_reusing_pods(ev
     said = capsys.readouterr().out
     assert "grpo-ga seed 12: taken from benchmarks/results/evidence_confirm_b_arithmetic_2digit/grpo-ga/seed-12" in said
     assert "pods seed 15: taken from benchmarks/results/evidence_confirm_a_arithmetic_2digit/pods/seed-15" in said
-    assert evidence.report("confirm-b8").startswith("Comparison (confirm-b8), evidence_confirm_b8_arithmetic_2digit, "
-                                                    "over seeds 8–15.")
+    text = evidence.report("confirm-b8")
+    assert text.startswith("Comparison (confirm-b8), evidence_confirm_b8_arithmetic_2digit, over seeds 8–15.")
+    assert "fixed (issue 62) before these runs" in text  # its own issue, not the measure's first
 
 
 @pytest.fixture
@@ -526,6 +527,7 @@ def test_confirmation_c_is_judged_on_the_wall_clock_and_the_step_time_ratio(evid
         write_run(out / "grpo-async" / f"seed-{seed}", GRPO, 0.8)
         write_run(out / "pods" / f"seed-{seed}", PODS, pods_cpu_per_step)
     text = evidence.report("confirm-c", out)
+    assert "fixed (issue 59) before these runs" in text
     table = rows(text)
     assert "| 1.50 [1.50–1.50]" in table["PODS at async_lag=1 reaches 90% of synchronous GRPO's gain at least 1.3x sooner "
                                        "on the training wall clock, the interval's lower end above 1.0"]
