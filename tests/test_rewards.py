@@ -537,3 +537,20 @@ def test_without_a_question_column_the_prompt_is_what_a_copy_is_checked_against(
     for prompt in (f"<|user|>{question}<|assistant|>", chat):
         assert accuracy_reward(["left of the remaining 284"], ["284"], prompts=[prompt]) == [0.0]
         assert accuracy_reward(["284"], ["284"], prompts=[prompt]) == [1.0]
+
+
+def test_unread_number_parses_again_only_where_a_number_may_be_left_out(monkeypatch):
+    """Every number of an interval stands in math-verify's reading as written: one parse, no
+    change tried. 3 \\lor 5 reads 5: the 3 is found by changing it (two more parses of it)."""
+    from podsrl.rewards import answers
+
+    calls = []
+    parse = answers._parse.__wrapped__
+    monkeypatch.setattr(answers, "_parse", lambda e: calls.append(e) or parse(e))
+    answers.unread_number.cache_clear()
+    assert answers.unread_number(r"\left[ \frac{\pi^2}{8}, \frac{5 \pi^2}{4} \right]") is None
+    assert len(calls) == 1
+    calls.clear()
+    assert answers.unread_number(r"3 \lor 5") == "3"
+    assert calls == [r"3 \lor 5", r"4 \lor 5", r"5 \lor 5"]
+    answers.unread_number.cache_clear()

@@ -830,11 +830,15 @@ def unread_number(expression: str) -> str | None:
     None where every number counts: changed twice (its last digit plus 1, plus 2), it leaves the
     reading the same. math-verify reads one value out of some expressions that write two
     (``3 \\lor 5`` and ``\\cancel{3} 5`` read 5, ``3 \\text{ (}5\\text{)}`` reads 3): an answer that
-    says more than the value it is paid for is a hedge. A unit's power and a base are left aside."""
+    says more than the value it is paid for is a hedge. A unit's power and a base are left aside.
+    Where every run stands in the reading as written (:func:`_numbers_in`), none is changed."""
     expression = _UNREAD_BY_DESIGN.sub("", expression)
     reading = _parse(expression)
     if not reading:
         return None
+    written = _numbers_in(reading[0])
+    if written is not None and all((run.lstrip("0") or "0") in written for run in _DIGIT_RUN.findall(expression)):
+        return None  # every number stands in the reading as written: nothing to change to find out
     for m in _DIGIT_RUN.finditer(expression):
         run = m.group()
         variants = [run[:-1] + str((int(run[-1]) + k) % 10) for k in (1, 2)]
@@ -842,6 +846,20 @@ def unread_number(expression: str) -> str | None:
         if all(r and str(r[0]) == str(reading[0]) for r in readings):
             return run
     return None
+
+
+def _numbers_in(expr) -> set[str] | None:
+    """The integers a reading holds as written (each rational's numerator and denominator), or
+    None where it holds a decimal or is no expression: then only a change tells."""
+    from sympy import Float, Number, Rational
+
+    try:
+        atoms = expr.atoms(Number)
+    except AttributeError:
+        return None
+    if any(isinstance(a, Float) for a in atoms):
+        return None
+    return {str(abs(n)) for a in atoms if isinstance(a, Rational) for n in (a.p, a.q)}
 
 
 def false_equation(answer: str) -> bool:
