@@ -313,7 +313,7 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
                            "<answer>\\boxed{3} 5</answer>"]
         for gold in ("3", "5")
     ],
-    # An equation without variables is a result only where it is true.
+    # An equation is a result where it is true, or where it defines a variable.
     "equations_between_numbers": [
         (r"\boxed{3\sqrt{2} = 4\sqrt{2}}", r"4\sqrt{2}", False),
         (r"\boxed{\frac{1}{3} = \frac{1}{2}}", r"\frac{1}{2}", False),

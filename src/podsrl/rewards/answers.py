@@ -39,7 +39,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 _NUMBER = re.compile(r"[-\u2212]?(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?(?:/[0-9]+)?|[-\u2212]?\.[0-9]+")  # ASCII digits only
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _HASHES = re.compile(r"####[ \t]*([^\n]*)(\n)?")  # GSM8K's "#### 42"
 ANSWER_MARKER = r"\b(?:final answer|answer)\b(?:\s+is\b)?\s*[:=]?"  # "The answer is", "Answer:", "Final answer ="
 _ANSWER_LINE = re.compile(ANSWER_MARKER + r"[ \t]*", re.IGNORECASE)
@@ -189,7 +189,7 @@ def marks(text: str) -> list[Mark]:
     """Every answer ``text`` marks, in the order they end: each box (the boxes of one sentence as
     one list), answer tag (its box where it holds one), ``#### N`` and answer line."""
     found = [Mark(s, e, content.strip(), True, True) for s, e, content in _box_lists(text)]
-    for m in _ANSWER_TAG.finditer(text):
+    for m in ANSWER_TAG.finditer(text):
         inner = m.group(1).strip()
         boxed = _last_boxed(inner)  # the tag's box, unless the tag writes a number beside it: then the whole tag
         boxed = boxed if boxed and not re.search(r"[0-9]", "".join(inner[a:b] for a, b in _between_boxes(inner))) else None

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from podsrl.errors import PodsError, first_line, install_hint
-from podsrl.rewards.answers import ANSWER_MARKER, Mark, alternative_after, as_number, marked_answer, retracted
+from podsrl.rewards.answers import ANSWER_MARKER, ANSWER_TAG, Mark, alternative_after, as_number, marked_answer, retracted
 from podsrl.rewards.pool import Unscored
 from podsrl.tasks import Problem, Task
 
@@ -357,17 +357,14 @@ def answer_of(completion: str, gold: str | None) -> str | None:
     return answer or None
 
 
-_LAST_TAG = re.compile(r"<answer>(?!.*<answer>).*?</answer>", re.DOTALL)
-
-
 def _withdrawn(completion: str, tagged: str) -> bool:
     """Whether the completion negates or retracts its last answer tag (``<answer>[1, 2]</answer>
     is wrong``), or offers another answer right after it (``... </answer> or maybe [3, 4]``), as
     :func:`podsrl.rewards.answers.read` refuses for a marked answer."""
-    last = _LAST_TAG.search(completion)
-    if last is None:
+    tags = list(ANSWER_TAG.finditer(completion))  # the tags reasoning-gym reads, the last of them
+    if not tags:
         return False
-    mark = Mark(last.start(), last.end(), tagged, True, True)
+    mark = Mark(tags[-1].start(), tags[-1].end(), tagged, True, True)
     return retracted(completion, mark) or alternative_after(completion, mark)
 
 
