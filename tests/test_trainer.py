@@ -434,15 +434,24 @@ def test_num_iterations_steps_mu_times_with_old_logprobs_taken_once(tiny_config,
         assert record["clip_ratio/region_mean"] == 0.0
 
 
-def test_each_start_of_a_run_records_the_code_it_trained_with(tiny_config, tmp_path):
-    """podsrl_commit.txt: a line per start (started, then resumed), naming the checkout's commit."""
+def test_each_start_of_a_run_records_the_code_and_machine_it_trained_with(tiny_config, tmp_path):
+    """podsrl_commit.txt: a line per start (started, then resumed), naming the checkout's commit
+    and the machine: the processor, its logical CPUs and the run's torch threads (its ``threads``)."""
+    import os
+    import re
     import subprocess as sp
 
     from podsrl.rundir import COMMIT_FILE
 
-    out = train(tiny_config("steps=1", f"output_dir={tmp_path / 'run'}"))
-    train(tiny_config("steps=2", "resume=true", f"output_dir={out}"))
-    lines = [line.split() for line in (out / COMMIT_FILE).read_text().splitlines()]
+    out = train(tiny_config("steps=1", "threads=1", f"output_dir={tmp_path / 'run'}"))
+    train(tiny_config("steps=2", "threads=2", "resume=true", f"output_dir={out}"))
+    line = re.compile(r"(\S+) (started|resumed) \S+ on (\d+) x (.+), (\d+) torch threads")
+    lines = [line.fullmatch(text).groups() for text in (out / COMMIT_FILE).read_text().splitlines()]
     head = sp.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True).stdout.strip()
-    assert [how for _, how, _ in lines] == ["started", "resumed"]
-    assert all(commit.removesuffix("+dirty") == head for commit, _, _ in lines)
+    assert [how for _, how, *_ in lines] == ["started", "resumed"]
+    assert all(commit.removesuffix("+dirty") == head for commit, *_ in lines)
+    assert [(int(cpus), int(threads)) for _, _, cpus, _, threads in lines] == [(os.cpu_count(), 1), (os.cpu_count(), 2)]
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():  # Linux: the processor's model name as the kernel gives it
+        models = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.MULTILINE)
+        assert all(model == (models[0].strip() if models else model) for _, _, _, model, _ in lines)

@@ -34,7 +34,8 @@ TRACKER_FOLDER = "podsrl"
 """accelerate's trackers log under ``<output_dir>/<project name>/``; the trainer names the project this."""
 COMMIT_FILE = "podsrl_commit.txt"
 """A line per start of a run: the podsrl commit it trained with (:func:`source_commit`), whether it
-started or resumed, and when (UTC)."""
+started or resumed, when (UTC), and on what (:func:`machine`): a run's CPU clock is comparable
+only between starts on the same processor."""
 OWN = {LOCK, "config.yaml", ".config.yaml.tmp", "metrics.jsonl", ".metrics.jsonl.tmp", "completions.jsonl",
        ".completions.jsonl.tmp", "eval_completions.jsonl", ".eval_completions.jsonl.tmp", "checkpoints",
        TRACKER_FOLDER, ".aim", "final_model", COMMIT_FILE, "rollouts.jsonl"}
@@ -59,14 +60,36 @@ def source_commit() -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def record_start(folder: Path, start_step: int, replayed_to: int = 0) -> None:
+def machine(device: str = "cpu") -> str:
+    """What this process trains on, in words: the processor's model name and logical CPU count
+    (Linux's ``/proc/cpuinfo``; the platform's processor name elsewhere), torch's thread count, and
+    the accelerator where ``device`` is one (``cuda:0``: its name)."""
+    import platform
+
+    import torch
+
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+    except OSError:
+        names = []
+    cpu = names[0] if names else (platform.processor() or platform.machine() or "unknown processor")
+    said = f"{os.cpu_count() or '?'} x {cpu}, {torch.get_num_threads()} torch threads"
+    if device.startswith("cuda") and torch.cuda.is_available():
+        said += f", {torch.cuda.get_device_name(torch.device(device))}"
+    return said
+
+
+def record_start(folder: Path, start_step: int, replayed_to: int = 0, device: str = "cpu") -> None:
     """Append this start of the run in ``folder`` to its :data:`COMMIT_FILE`, so that a reader can
-    tell which code made each part of it (``replayed_to``: the last logged step it trains again)."""
+    tell which code made each part of it, and on what machine (``replayed_to``: the last logged step
+    it trains again; ``device``: the accelerator's, for :func:`machine`)."""
     how = "resumed" if start_step else "started"
     if replayed_to > start_step:
         how += f", replaying steps {start_step + 1}-{replayed_to}"
     with open(folder / COMMIT_FILE, "a") as f:
-        f.write(f"{source_commit()} {how} {datetime.now(timezone.utc).isoformat(timespec='seconds')}\n")
+        f.write(f"{source_commit()} {how} {datetime.now(timezone.utc).isoformat(timespec='seconds')} "
+                f"on {machine(device)}\n")
 
 
 def is_own(name: str) -> bool:

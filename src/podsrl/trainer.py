@@ -496,7 +496,7 @@ def _train(s: Setup, c: Config) -> Path:
     replayed = replay_records(out, s.start_step) if c.replay and acc.is_main_process else {}
     last_replayed = max(replayed, default=s.start_step)
     if acc.is_main_process:
-        rundir.record_start(out, s.start_step, last_replayed)  # which code trained each part of the run
+        rundir.record_start(out, s.start_step, last_replayed, str(acc.device))  # which code trained each part, on what
         rundir.keep_earlier_config(out, c, s.start_step)
         write_atomic(out / "config.yaml", to_yaml(c))
         for log_file in ("metrics.jsonl", "completions.jsonl", "eval_completions.jsonl"):
