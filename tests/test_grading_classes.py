@@ -312,6 +312,29 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
                            "The answer is $3$ $ 5$.", "The answer is $3$; $5$.", "3; 5", "3 | 5",
                            "<answer>\\boxed{3} 5</answer>"]
         for gold in ("3", "5")
+    ] + [
+        # the second value a number the reading already holds, or a number sympy writes itself
+        # (an integer's denominator 1, the 1 of pi/2, a negation's -1), or a choice's letter
+        (r"\boxed{0 \text{ (}1\text{)}}", "0", False),
+        (r"\boxed{1 \lor 0}", "0", False),
+        (r"\boxed{\cancel{1} 0}", "0", False),
+        (r"\boxed{\frac{3}{2} \text{ (}\frac{3}{3}\text{)}}", r"\frac{3}{2}", False),
+        (r"\boxed{3, 5, 7 \text{ (}3\text{)}}", "3, 5, 7", False),
+        (r"\boxed{(3,4] \text{ (}1\text{)}}", "(3,4]", False),
+        (r"\boxed{\left( 3, \frac{\pi}{2} \right) \text{ (}3\text{)}}", r"\left( 3, \frac{\pi}{2} \right)", False),
+        (r"\boxed{\left( 3, \frac{\pi}{2} \right) \text{ (}1\text{)}}", r"\left( 3, \frac{\pi}{2} \right)", False),
+        (r"\boxed{6r^2-4r-24 \text{ (}1\text{)}}", "6r^2-4r-24", False),
+        (r"\boxed{5r^5 \text{ (}1\text{)}}", "5r^5", False),
+        (r"\boxed{x \in [-2,7] \text{ (}1\text{)}}", r"x \in [-2,7]", False),
+        (r"\boxed{\left(\frac{3}{5},\frac{8}{3}\right] \text{ (}\text{(C)}\text{)}}", r"\left(\frac{3}{5},\frac{8}{3}\right]", False),
+        (r"\boxed{\text{(C)} = \left(\frac{3}{5},\frac{8}{3}\right]}", r"\left(\frac{3}{5},\frac{8}{3}\right]", False),
+        (r"\boxed{\phantom{0} 5}", "5", False),  # math-verify reads 0 + 5
+        # each number once, as the reading holds it: paid
+        (r"\boxed{(3, \pi/2)}", r"\left( 3, \frac{\pi}{2} \right)", True),
+        (r"\boxed{-x + 1}", "1 - x", True),
+        (r"\boxed{\frac{\pi}{8}}", r"\frac{1}{8}\pi", True),
+        (r"\boxed{3, 3, 5}", "3, 5", True),
+        (r"\boxed{\text{(C)}}", r"\text{(C)}", True),
     ],
     # An equation is a result where it is true, or where it defines a variable.
     "equations_between_numbers": [
@@ -329,6 +352,11 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
         (r"\boxed{y = 15x - 80}", "15x - 80", True),
         (r"\boxed{(x+1)^2 = x^2 + 2x + 1}", "x^2 + 2x + 1", True),
         (r"\boxed{x^2 + y^2 = 25}", "x^2 + y^2 = 25", True),
+        # a matrix equal to a number, and an equation inside a list
+        (r"\boxed{15 = \begin{pmatrix} -2 \\ -14 \\ -7 \end{pmatrix}}", r"\begin{pmatrix} -2 \\ -14 \\ -7 \end{pmatrix}", False),
+        (r"\boxed{\begin{pmatrix} -18 \\ -49 \\ 96 \end{pmatrix} = \pi}", r"\pi", False),
+        (r"\boxed{\frac{\sqrt{3}}{3} = 1,-2}", "1,-2", False),
+        (r"\boxed{\mathbf{v} = \begin{pmatrix} 1 \\ 7 \end{pmatrix}}", r"\begin{pmatrix} 1 \\ 7 \end{pmatrix}", True),
     ],
     # A committed answer and another value after it: a second candidate, paid under neither.
     "second_value_after_commitment": [

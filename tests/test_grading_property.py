@@ -218,6 +218,31 @@ def test_two_values_joined_in_one_answer_are_paid_under_neither(a, b, joiner, wr
     assert accuracy_reward([completion, completion], [str(a), str(b)]) == [0.0, 0.0], completion
 
 
+# A value of some form, and a second number that repeats one of its digits or is one sympy writes
+# itself (an integer's denominator 1, the 1 of pi/2): such a number can stand in the reading of the
+# first without being read from where the answer writes it.
+FORMS = st.one_of(
+    st.integers(min_value=0, max_value=99).map(str),
+    st.tuples(st.integers(1, 9), st.integers(2, 9)).filter(lambda f: f[0] % f[1]).map(lambda f: rf"\frac{{{f[0]}}}{{{f[1]}}}"),
+    st.tuples(st.integers(0, 9), st.integers(10, 19)).map(lambda f: f"({f[0]},{f[1]}]"),
+    st.tuples(st.integers(0, 9), st.integers(2, 9)).map(lambda f: rf"\left( {f[0]}, \frac{{\pi}}{{{f[1]}}} \right)"),
+    st.tuples(st.integers(2, 9), st.integers(2, 9)).map(lambda f: f"{f[0]}r^{f[1]}"),
+)
+ASIDES = [r"{a} \lor {b}", r"\cancel{{{b}}} {a}", r"{a} \text{{ ({b})}}", r"{a} \text{{ [{b}]}}", r"\phantom{{{b}}} {a}"]
+
+
+@FAST
+@given(FORMS, st.data(), st.sampled_from(ASIDES))
+def test_a_second_number_beside_a_value_is_not_paid_as_the_value(a, data, aside):
+    """An answer writing a value and, beside it, a number math-verify reads no part of (a digit the
+    value writes too, or 1) is not paid for the value: the number is a second candidate."""
+    b = data.draw(st.sampled_from(sorted({"0", "1", *(c for c in a if c.isdigit())})))
+    if a == b:
+        return
+    completion = rf"\boxed{{{aside.format(a=a, b=b)}}}"
+    assert accuracy_reward([completion], [a]) == [0.0], completion
+
+
 LOOKALIKES = {  # an ASCII digit's look-alikes: other scripts' digits and the fullwidth form
     d: [chr(0xFF10 + d), chr(0x0660 + d), chr(0x0966 + d), chr(0x1D7CE + d)] for d in range(10)}
 INSERTED = ["\u200b", "\u200c", "\u2060", "\u00b2", "\u00b3", "\u00bd", "\u00b9"]

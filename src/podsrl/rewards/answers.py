@@ -34,6 +34,7 @@ import logging
 import math
 import re
 import unicodedata
+from collections import Counter
 from fractions import Fraction
 from functools import lru_cache
 from typing import NamedTuple
@@ -611,14 +612,24 @@ def another_base(answer: str, gold: str) -> bool:
 
 
 _DIGITS_APART = re.compile(r"[0-9]\s+[0-9]")
+_CHOICE = re.compile(r"(?<![A-Za-z\\])\(\s*[A-E]\s*\)")  # a choice's letter, (C); not f(A) or \det(A)
+_HIDDEN = re.compile(r"\\[hv]?phantom\s*\{[^{}]*[0-9]")  # a number kept invisible: \phantom{0} 5
+
+
+def names_choice(gold: str) -> bool:
+    """Whether ``gold`` names a choice of a multiple-choice question: ``C``, ``(C)``,
+    ``\\text{(C)}``, or a choice's letter among other text."""
+    return bool(_CHOICE.search(gold)) or re.fullmatch(r"[A-E]", re.sub(r"\\(?:text|mathrm)|[{}()$\s]", "", gold)) is not None
 
 
 def refused(answer: str, gold: str) -> str | None:
     """Why ``answer`` is wrong whatever math-verify would say, or None: it is implausible
     (:func:`implausible`), restates a computation (:func:`restated`) where the gold does not,
     hedges (:func:`hedged`), writes a number in another base (:func:`another_base`), gives a
-    list (``\\boxed{5.4}, \\boxed{5.5}``) where the gold is one value (:func:`is_list`), or writes
-    numbers apart with only a space between them (``1 8``, which math-verify reads as 9). These
+    list (``\\boxed{5.4}, \\boxed{5.5}``) where the gold is one value (:func:`is_list`), writes
+    numbers apart with only a space between them (``1 8``, which math-verify reads as 9), hides a
+    number (``\\phantom{0} 5``, read as 0 + 5), or names a choice's letter where the gold names none
+    (``(3,4] \\text{ (C)}``: math-verify drops it). These
     are podsrl's deliberate differences from math-verify: each only ever withholds a reward."""
     if why := implausible(answer, gold):
         return why
@@ -632,6 +643,10 @@ def refused(answer: str, gold: str) -> str | None:
         return "a list for one value"
     if _DIGITS_APART.search(answer) and not _DIGITS_APART.search(gold):
         return "numbers written apart"  # "1 8" (math-verify reads 9), "20 16"
+    if _HIDDEN.search(answer) and not _HIDDEN.search(gold):
+        return "a hidden number"  # math-verify reads \phantom{0} 5 as 0 + 5
+    if _CHOICE.search(answer) and not names_choice(gold):
+        return "a choice's letter beside the answer"  # a second candidate: the choice (C)
     return None
 
 
@@ -837,8 +852,9 @@ def unread_number(expression: str) -> str | None:
     if not reading:
         return None
     written = _numbers_in(reading[0])
-    if written is not None and all((run.lstrip("0") or "0") in written for run in _DIGIT_RUN.findall(expression)):
-        return None  # every number stands in the reading as written: nothing to change to find out
+    runs = Counter(run.lstrip("0") or "0" for run in _DIGIT_RUN.findall(expression))
+    if written is not None and not runs - written:
+        return None  # each number stands in the reading as written, once for each time it is written
     for m in _DIGIT_RUN.finditer(expression):
         run = m.group()
         variants = [run[:-1] + str((int(run[-1]) + k) % 10) for k in (1, 2)]
@@ -848,18 +864,39 @@ def unread_number(expression: str) -> str | None:
     return None
 
 
-def _numbers_in(expr) -> set[str] | None:
-    """The integers a reading holds as written (each rational's numerator and denominator), or
-    None where it holds a decimal or is no expression: then only a change tells."""
-    from sympy import Float, Number, Rational
+def _numbers_in(expr) -> Counter | None:
+    """The numbers a reading holds as written, each as often as it stands there: an integer, a
+    fraction's numerator and denominator. Not the numbers sympy writes itself, which no answer
+    wrote: the -1 of a negation or a division, the 1 of a coefficient ``1/8`` (``\\frac{\\pi}{8}``),
+    a root's exponent, a matrix's shape, an integer's denominator. None where the reading holds a
+    decimal or is no expression: then only a change tells."""
+    from sympy import Basic, Float, Mul, Pow, Rational
+    from sympy.matrices import MatrixBase
 
-    try:
-        atoms = expr.atoms(Number)
-    except AttributeError:
-        return None
-    if any(isinstance(a, Float) for a in atoms):
-        return None
-    return {str(abs(n)) for a in atoms if isinstance(a, Rational) for n in (a.p, a.q)}
+    found: Counter = Counter()
+
+    def count(e) -> bool:
+        if isinstance(e, MatrixBase):
+            return all(count(x) for x in e)
+        if isinstance(e, Float) or not isinstance(e, Basic):
+            return False
+        if isinstance(e, Rational):
+            found.update([str(abs(e.p))] + ([str(e.q)] if e.q != 1 else []))
+            return True
+        if isinstance(e, Mul):
+            others = [a for a in e.args if a != -1]  # a negation's sign
+            for a in others:
+                if isinstance(a, Rational) and abs(a.p) == 1 and a.q != 1 and len(others) > 1:
+                    found[str(a.q)] += 1  # pi/8 is (1/8)*pi: its 1 is sympy's
+                elif not count(a):
+                    return False
+            return True
+        if isinstance(e, Pow):
+            root_or_division = e.exp == -1 or (isinstance(e.exp, Rational) and e.exp.q != 1)
+            return count(e.base) and (root_or_division or count(e.exp))
+        return all(count(a) for a in e.args)
+
+    return found if count(expr) else None
 
 
 def false_equation(answer: str) -> bool:
@@ -870,17 +907,24 @@ def false_equation(answer: str) -> bool:
     sides = [as_number(side.strip().strip("$").strip()) for side in re.split(r"=|\\equiv(?![A-Za-z])", answer)]
     if len({n.value / 100 if n.percent else n.value for n in sides if n is not None}) > 1:
         return True
-    return ("=" in answer or "\\equiv" in answer) and any(map(_unequal_sides, _parse(answer)))
+    if "=" not in answer and "\\equiv" not in answer:
+        return False
+    from sympy import Basic, preorder_traversal
+
+    return any(_unequal_sides(node) for expr in _parse(answer) if isinstance(expr, Basic)
+               for node in preorder_traversal(expr))  # an equation in a list too: {-2, Eq(sqrt(3)/3, 1)}
 
 
 def _unequal_sides(expr) -> bool:
     """Whether ``expr`` is an equation, its left side no lone variable or function, whose sides
-    are not identically equal."""
+    are not identically equal (a matrix and a number never are)."""
     from sympy import Eq, MatrixBase, Symbol, expand
     from sympy.core.function import AppliedUndef
 
     if not isinstance(expr, Eq) or isinstance(expr.lhs, (Symbol, AppliedUndef)):
         return False
+    if isinstance(expr.lhs, MatrixBase) != isinstance(expr.rhs, MatrixBase):
+        return True  # a matrix and a number are not equal (15 = [-2, -14, -7])
     try:
         difference = expr.lhs - expr.rhs
         parts = list(difference) if isinstance(difference, MatrixBase) else [difference]
