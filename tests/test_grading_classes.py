@@ -329,6 +329,8 @@ CLASSES: dict[str, list[tuple[str, str, bool]]] = {
         (r"\boxed{\left(\frac{3}{5},\frac{8}{3}\right] \text{ (}\text{(C)}\text{)}}", r"\left(\frac{3}{5},\frac{8}{3}\right]", False),
         (r"\boxed{\text{(C)} = \left(\frac{3}{5},\frac{8}{3}\right]}", r"\left(\frac{3}{5},\frac{8}{3}\right]", False),
         (r"\boxed{\phantom{0} 5}", "5", False),  # math-verify reads 0 + 5
+        (r"<answer>\boxed{(3,4]} \text{(C)}</answer>", "(3,4]", False),
+        (r"<answer>\boxed{\text{(C)}}</answer>", r"\text{(C)}", True),
         # each number once, as the reading holds it: paid
         (r"\boxed{(3, \pi/2)}", r"\left( 3, \frac{\pi}{2} \right)", True),
         (r"\boxed{-x + 1}", "1 - x", True),

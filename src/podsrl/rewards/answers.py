@@ -192,8 +192,9 @@ def marks(text: str) -> list[Mark]:
     found = [Mark(s, e, content.strip(), True, True) for s, e, content in _box_lists(text)]
     for m in ANSWER_TAG.finditer(text):
         inner = m.group(1).strip()
-        boxed = _last_boxed(inner)  # the tag's box, unless the tag writes a number beside it: then the whole tag
-        boxed = boxed if boxed and not re.search(r"[0-9]", "".join(inner[a:b] for a, b in _between_boxes(inner))) else None
+        boxed = _last_boxed(inner)  # the tag's box, unless the tag writes a number or a choice beside it: then the whole tag
+        beside = "".join(inner[a:b] for a, b in _between_boxes(inner))
+        boxed = boxed if boxed and not (re.search(r"[0-9]", beside) or _CHOICE.search(beside)) else None
         found.append(Mark(m.start(), m.end(), boxed or inner, True, True))
     for m in _HASHES.finditer(text):
         found.append(Mark(m.start(), m.end(1), m.group(1).strip(), True, m.group(2) is not None))
