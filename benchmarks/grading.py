@@ -430,7 +430,7 @@ def markdown(results: dict) -> str:
         median = "n/a" if tm["fast_path_median_ms"] is None else f"{tm['fast_path_median_ms']:.4f} ms"
         lines += [f"Timing ({tm['calls']} calls, each alone, in-process): fast path decided {tm['fast_path_decided']}, "
                   f"median {median} a call; the most CPU one call took: {tm['max_call_cpu_s']:.3f} s "
-                  f"({tm['calls_over_1s_cpu']} over 1 s).", ""]
+                  f"({tm['calls_over_1s_cpu']} over 1 s).", ""] if tm["calls"] else ["Timing: not measured (--no-timing).", ""]
     for title, key in (("Hand-written cases by class (tests/test_grading_classes.py)", "issue_classes"),
                        ("Peer suite: math-verify's test classes, own cases (tests/test_grading_peer.py)", "peer_classes")):
         lines += [f"## {title}", "", "| class | cases | right / wrong | podsrl as the math | math-verify as the math | "
