@@ -147,7 +147,8 @@ def test_the_default_run_learns(tmp_path):
 
 def test_bitsandbytes_import_note_about_a_hub_kernel_is_filtered():
     """bitsandbytes, on a CPU with AVX-512 BF16, logs at import that it could not fetch a kernel
-    from the hub; podsrl downloads nothing at run time, so the note is dropped (and only it)."""
+    from the hub, and offline the ``kernels`` package (where installed) that it skips the kernel's
+    publisher trust check; both notes are dropped, and only they."""
     pytest.importorskip("bitsandbytes")
     code = ("import logging; from podsrl.quiet import quiet_known_warnings; quiet_known_warnings(); import bitsandbytes; "
             "logging.getLogger('bitsandbytes.backends.cpu.ops').warning('another warning')")

@@ -4,6 +4,7 @@ message it drops, so every other warning still shows; and a command's logging.""
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 
 
@@ -12,11 +13,15 @@ def quiet_known_warnings() -> None:
     deepspeed, on a machine without a GPU; its choice of accelerator stands) and transformers'
     FutureWarnings on the ``gradient_checkpointing`` names that TRL 1.16 still uses, and
     bitsandbytes' note at import, on a CPU with AVX-512 BF16, that it could not fetch a faster
-    4-bit kernel from the Hugging Face hub (the ``kernels`` package, which podsrl does not install:
-    nothing is downloaded at run time; bitsandbytes' own CPU kernel runs instead)."""
+    4-bit kernel from the Hugging Face hub (offline, or without the ``kernels`` package; its own
+    CPU kernel runs instead), and, offline with ``kernels`` installed (transformers 5.25 on
+    requires it), that package's note that it skips the kernel's publisher trust check."""
     logging.getLogger("DeepSpeed").addFilter(lambda record: "unable to detect it" not in record.getMessage())
     logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
         lambda record: "gemm_4bit_forward from kernels-community" not in record.getMessage())
+    trust_note = "Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes'"
+    logging.getLogger("kernels._internals.hf_hub").addFilter(lambda record: trust_note not in record.getMessage())
+    warnings.filterwarnings("ignore", message=re.escape(trust_note))  # where kernels warns instead of logging
     warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
