@@ -135,11 +135,11 @@ def train(candidate: str, lr: str, seed: int) -> tuple[bool, str]:
     (past a last metrics line cut short by a kill, as the trainer does); a run that another process
     is training (an earlier driver's) is waited for, then taken as it ended. Returns whether it
     finished, and a line saying how it went."""
-    if curve(candidate, lr, seed) is not None:
-        return True, f"{candidate} lr={lr} seed={seed}: done before"
     out = RUNS / candidate / f"lr{lr}" / f"seed-{seed}"
     while training_elsewhere(out):
         time.sleep(30)
+    if curve(candidate, lr, seed) is not None:  # finished before, or by the driver waited for
+        return True, f"{candidate} lr={lr} seed={seed}: done before"
     if not finished(out):
         resume = (out / "checkpoints").is_dir() and any((out / "checkpoints").glob("step-*"))
         if not resume:

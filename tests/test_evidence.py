@@ -327,6 +327,28 @@ def test_task_selection_resumes_a_killed_run_past_its_cut_short_last_metrics_lin
     assert capsys.readouterr().out.startswith("arithmetic_2digit lr=1e-5 seed=0: 0:0.100 5:0.100")
 
 
+def test_task_selection_takes_a_run_another_driver_finished_while_waited_for(selection, monkeypatch, capsys):
+    """Two drivers (one started with --jobs 1, a later one with --jobs 2): the run the first is
+    training is waited for by the second, and once the first has kept its metrics and deleted the
+    run folder, the second takes the kept run as done instead of training it again from step 0."""
+    kept = selection.RESULTS / "arithmetic_2digit" / "lr1e-5" / "seed-0"
+    busy = iter([True, True])
+
+    def elsewhere(out):  # the other driver trains for two looks, then keeps the run and deletes its folder
+        if next(busy, False):
+            return True
+        if not kept.exists():
+            kept.mkdir(parents=True)
+            (kept / "metrics.jsonl").write_text(finished_metrics(selection.STEPS))
+        return False
+
+    monkeypatch.setattr(selection, "training_elsewhere", elsewhere)
+    monkeypatch.setattr(selection.time, "sleep", lambda s: None)
+    monkeypatch.setattr(selection.subprocess, "run", lambda cmd, **kwargs: pytest.fail(f"trained again: {cmd}"))
+    assert selection.main(["run", "--stage", "lr", "--jobs", "1"]) == 0
+    assert capsys.readouterr().out == "arithmetic_2digit lr=1e-5 seed=0: done before\n"
+
+
 def test_task_selection_exits_non_zero_on_a_failed_run_saying_it_on_stderr(selection, monkeypatch, capsys):
     monkeypatch.setattr(selection.subprocess, "run", lambda cmd, **kwargs: subprocess.CompletedProcess(
         cmd, 2, "", "loading\npodsrl: error: task.test_size=500 but data holds 300 test problems\n"))
