@@ -8,6 +8,11 @@ import re
 import warnings
 
 
+def _drop(logger: str, text: str) -> None:
+    """Drop the records of ``logger`` whose message holds ``text``."""
+    logging.getLogger(logger).addFilter(lambda record: text not in record.getMessage())
+
+
 def quiet_known_warnings() -> None:
     """Drop deepspeed's "no GPU found" warning (printed on every run of an install that has
     deepspeed, on a machine without a GPU; its choice of accelerator stands) and transformers'
@@ -16,11 +21,10 @@ def quiet_known_warnings() -> None:
     4-bit kernel from the Hugging Face hub (offline, or without the ``kernels`` package; its own
     CPU kernel runs instead), and, offline with ``kernels`` installed (transformers 5.25 on
     requires it), that package's note that it skips the kernel's publisher trust check."""
-    logging.getLogger("DeepSpeed").addFilter(lambda record: "unable to detect it" not in record.getMessage())
-    logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
-        lambda record: "gemm_4bit_forward from kernels-community" not in record.getMessage())
+    _drop("DeepSpeed", "unable to detect it")
+    _drop("bitsandbytes.backends.cpu.ops", "gemm_4bit_forward from kernels-community")
     trust_note = "Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes'"
-    logging.getLogger("kernels._internals.hf_hub").addFilter(lambda record: trust_note not in record.getMessage())
+    _drop("kernels._internals.hf_hub", trust_note)
     warnings.filterwarnings("ignore", message=re.escape(trust_note))  # where kernels warns instead of logging
     warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
