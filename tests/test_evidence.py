@@ -299,7 +299,6 @@ def selection(monkeypatch, tmp_path):
     monkeypatch.setattr(module, "CANDIDATES", {"arithmetic_2digit": "configs/arithmetic_2digit.yaml"})
     monkeypatch.setattr(module, "LRS", ["1e-5"])
     monkeypatch.setattr(module, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
     monkeypatch.setattr(module, "training_elsewhere", lambda out: False)
     return module
 
@@ -310,7 +309,7 @@ def finished_metrics(steps: int) -> str:
 
 
 def test_task_selection_resumes_a_killed_run_past_its_cut_short_last_metrics_line(selection, monkeypatch, capsys):
-    out = selection.RUNS / "arithmetic_2digit" / "lr1e-5" / "seed-0"
+    out = selection.RESULTS / "arithmetic_2digit" / "lr1e-5" / "seed-0"
     (out / "checkpoints" / "step-000010").mkdir(parents=True)
     (out / "metrics.jsonl").write_text(finished_metrics(10) + '{"step": 11, "train_sec')  # killed while writing
     commands = []
@@ -319,12 +318,62 @@ def test_task_selection_resumes_a_killed_run_past_its_cut_short_last_metrics_lin
         commands.append(cmd)
         (out / "metrics.jsonl").write_text(finished_metrics(selection.STEPS))
         (out / "config.yaml").write_text("seed: 0\n")
+        (out / "rollouts.jsonl").write_text("{}\n")
+        (out / "checkpoints" / "step-000060").mkdir()
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(selection.subprocess, "run", trainer)
     assert selection.main(["run", "--jobs", "1"]) == 0
-    assert len(commands) == 1 and "resume=true" in commands[0]
+    assert len(commands) == 1 and "resume=true" in commands[0] and "save_rollouts=true" in commands[0]
     assert capsys.readouterr().out.startswith("arithmetic_2digit lr=1e-5 seed=0: 0:0.100 5:0.100")
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "metrics.jsonl"]  # checkpoints and completions gone
+
+
+def test_task_selection_replays_a_run_whose_checkpoint_is_gone(selection, monkeypatch, capsys):
+    """A copy of the results folder without its checkpoints (they are not committed): the run's
+    logged steps are kept and trained again on their recorded completions (replay=true), not
+    discarded for a run from step 0."""
+    out = selection.RESULTS / "arithmetic_2digit" / "lr1e-5" / "seed-0"
+    out.mkdir(parents=True)
+    (out / "metrics.jsonl").write_text(finished_metrics(10))
+    (out / "rollouts.jsonl").write_text("{}\n")
+    seen = []
+
+    def trainer(cmd, **kwargs):
+        seen.append((cmd, (out / "metrics.jsonl").read_text(), (out / "rollouts.jsonl").exists()))
+        (out / "metrics.jsonl").write_text(finished_metrics(selection.STEPS))
+        (out / "config.yaml").write_text("seed: 0\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(selection.subprocess, "run", trainer)
+    assert selection.main(["run", "--jobs", "1"]) == 0
+    [(cmd, logged, recorded)] = seen
+    assert "replay=true" in cmd and "resume=false" in cmd and logged == finished_metrics(10) and recorded
+    assert not (out / "rollouts.jsonl").exists()
+
+
+def test_task_selection_trains_a_run_again_from_step_0_where_its_replay_differs(selection, monkeypatch, capsys):
+    """A replay that podsrl refuses (a step differs from its record) is not retried forever: the
+    run is trained again from step 0, its earlier logs replaced."""
+    out = selection.RESULTS / "arithmetic_2digit" / "lr1e-5" / "seed-0"
+    out.mkdir(parents=True)
+    (out / "metrics.jsonl").write_text(finished_metrics(10))
+    seen = []
+
+    def trainer(cmd, **kwargs):
+        seen.append((cmd, out.exists()))
+        if "replay=true" in cmd:
+            return subprocess.CompletedProcess(cmd, 1, "", (
+                f"podsrl: error: replay=true: step 3 of {out} trained again differs from its record (loss: logged 0.1, "
+                "replayed 0.2); the run is not reproducible here\n"))
+        out.mkdir(parents=True)
+        (out / "metrics.jsonl").write_text(finished_metrics(selection.STEPS))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(selection.subprocess, "run", trainer)
+    assert selection.main(["run", "--jobs", "1"]) == 0
+    assert [("replay=true" in cmd, "replay=false" in cmd, "resume=false" in cmd, there) for cmd, there in seen] == [
+        (True, False, True, True), (False, True, True, False)]
 
 
 def test_task_selection_takes_a_run_another_driver_finished_while_waited_for(selection, monkeypatch, capsys):
