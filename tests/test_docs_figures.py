@@ -21,7 +21,7 @@ PAGES = [ROOT / "README.md", ROOT / "docs" / "index.md"]
 FOLDERS = ["evidence_confirm_a_arithmetic_2digit", "evidence_confirm_b_arithmetic_2digit",
            "evidence_confirm_b8_arithmetic_2digit",
            "evidence_a_arithmetic_2digit", "evidence_b_arithmetic_2digit", "compare_arithmetic",
-           "evidence_confirm_c_arithmetic_2digit", "compare_gpu"]
+           "evidence_confirm_c_arithmetic_2digit", "compare_gpu", "evidence_confirm_gym_list_functions"]
 INTERVAL = re.compile(r"\[(?:95% CI )?([+−-]?\d+\.\d\d)–([+−-]?\d+\.\d\d|∞)\]")
 FIGURE = re.compile(r"([+−-]?\d+\.\d\d)")
 
@@ -83,6 +83,7 @@ def headline() -> dict[str, tuple[str, ...]]:
     rule = re.search(r"max-variance / random, optimizer steps to 90% of grpo's gain: (\d\.\d\d) \[(\d\.\d\d)–(\d\.\d\d)\]",
                      (RESULTS / "evidence_confirm_a_arithmetic_2digit" / "report.md").read_text())
     confirm_c = _summary("evidence_confirm_c_arithmetic_2digit")["methods"]["pods-async"]
+    list_functions = _summary("evidence_confirm_gym_list_functions")["methods"]["pods"]
     gpu = _summary("compare_gpu")["methods"]["pods"]
     gpu_vs_ga = _summary("compare_gpu", "summary_vs_grpo-ga.json")["methods"]["pods"]
     memory = re.search(r"update memory ratio grpo / pods: (\d+\.\d\d)x", (RESULTS / "memory_gpu.txt").read_text())
@@ -100,6 +101,7 @@ def headline() -> dict[str, tuple[str, ...]]:
         "first runs (b): CPU clock to GRPO-GA's peak": ci(first_b, "speedup_vs_reference"),
         "update memory, GRPO (all n) over PODS": (memory[1],),
         "confirmation (c): PODS at the lag, wall-clock speed-up over GRPO": ci(confirm_c, "speedup_to_gain"),
+        "list_functions: PODS's steps to 90% of GRPO's gain": ci(list_functions, "step_ratio_to_gain"),
         "GPU: wall clock to GRPO's peak": ci(gpu, "speedup_vs_reference"),
         "GPU: wall clock to GRPO-GA's peak": ci(gpu_vs_ga, "speedup_vs_reference"),
     }
