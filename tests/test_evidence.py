@@ -352,6 +352,16 @@ def test_task_selection_replays_a_run_whose_checkpoint_is_gone(selection, monkey
     assert not (out / "rollouts.jsonl").exists()
 
 
+def test_task_selection_knows_podsrls_replay_mismatch_by_its_words(selection, tmp_path):
+    """The words the driver looks for are those of podsrl's own error for a replayed step that
+    differs from its record."""
+    from podsrl.replay import ReplayMismatch, check_replayed
+
+    with pytest.raises(ReplayMismatch) as refused:
+        check_replayed({"step": 3, "loss": 0.1}, {"step": 3, "loss": 0.2}, tmp_path)
+    assert selection.REPLAY_MISMATCH in str(refused.value)
+
+
 def test_task_selection_trains_a_run_again_from_step_0_where_its_replay_differs(selection, monkeypatch, capsys):
     """A replay that podsrl refuses (a step differs from its record) is not retried forever: the
     run is trained again from step 0, its earlier logs replaced."""
