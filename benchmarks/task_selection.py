@@ -164,7 +164,7 @@ KEPT = ("metrics.jsonl", "config.yaml", COMMIT_FILE)
 def _train(candidate: str, lr: str, seed: int, out: Path, replay: bool) -> subprocess.CompletedProcess:
     """``podsrl train`` into ``out``: from its checkpoint where it has one; else, with ``replay``,
     over the steps it logged; else from step 0."""
-    resume = latest_checkpoint(out) is not None if out.is_dir() else False
+    resume = latest_checkpoint(out) is not None
     if not resume and not (replay and finished_steps(out)):
         shutil.rmtree(out, ignore_errors=True)
     spec = CANDIDATES[candidate]
