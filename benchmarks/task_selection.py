@@ -54,9 +54,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from podsrl.checkpoint import latest_checkpoint, read_metrics
+from podsrl.checkpoint import read_metrics
 from podsrl.errors import ArgumentParser, PodsError, one_line_errors
-from podsrl.rundir import COMMIT_FILE, finished_steps
+from podsrl.rundir import COMMIT_FILE, how_to_start
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "task_selection"
@@ -164,9 +164,7 @@ KEPT = ("metrics.jsonl", "config.yaml", COMMIT_FILE)
 def _train(candidate: str, lr: str, seed: int, out: Path, replay: bool) -> subprocess.CompletedProcess:
     """``podsrl train`` into ``out``: from its checkpoint where it has one; else, with ``replay``,
     over the steps it logged; else from step 0."""
-    resume = latest_checkpoint(out) is not None
-    if not resume and not (replay and finished_steps(out)):
-        shutil.rmtree(out, ignore_errors=True)
+    resume = how_to_start(out, replay) == "resume"
     spec = CANDIDATES[candidate]
     cmd = [sys.executable, "-m", "podsrl", "train", *([spec] if isinstance(spec, str) else spec), *SETTINGS, f"lr={lr}",
            f"seed={seed}", f"output_dir={out}", f"save_every={EVAL_EVERY}", f"resume={str(resume).lower()}",

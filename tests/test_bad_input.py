@@ -276,6 +276,30 @@ def test_compare_restarts_a_run_folder_without_checkpoint_keeping_other_files(tm
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "notes.txt"]
 
 
+def test_how_a_rerun_starts_resume_replay_or_afresh(tmp_path):
+    run = tmp_path / "pods" / "seed-0"
+    assert rundir.how_to_start(run) == "fresh" and not run.exists()  # nothing there: nothing made
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 0, "eval_accuracy": 0.1}\n{"step": 3, "loss": 0.5}\n')
+    (run / "rollouts.jsonl").write_text("x")
+    assert rundir.how_to_start(run) == "replay"  # logged steps, no checkpoint: kept, to be trained again
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "rollouts.jsonl"]
+    (run / "checkpoints" / "step-000002").mkdir(parents=True)
+    for replay in (True, False):
+        assert rundir.how_to_start(run, replay) == "resume"
+    assert (run / "metrics.jsonl").exists()
+    shutil.rmtree(run / "checkpoints")
+    fd, _ = rundir._lock(run)  # another run holds the folder: nothing cleared under it
+    try:
+        with pytest.raises(PodsError, match="in use by another run"):
+            rundir.how_to_start(run, replay=False)
+    finally:
+        os.close(fd)
+    (run / rundir.LOCK).unlink()
+    assert rundir.how_to_start(run, replay=False) == "fresh"  # not replayed: its run's files cleared
+    assert run.is_dir() and not any(run.iterdir())
+
+
 # --------------------------------------------------------------------------- interruptions
 
 

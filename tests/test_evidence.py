@@ -371,12 +371,12 @@ def test_task_selection_trains_a_run_again_from_step_0_where_its_replay_differs(
     seen = []
 
     def trainer(cmd, **kwargs):
-        seen.append((cmd, out.exists()))
+        seen.append((cmd, (out / "metrics.jsonl").exists()))
         if "replay=true" in cmd:
             return subprocess.CompletedProcess(cmd, 1, "", (
                 f"podsrl: error: replay=true: step 3 of {out} trained again differs from its record (loss: logged 0.1, "
                 "replayed 0.2); the run is not reproducible here\n"))
-        out.mkdir(parents=True)
+        out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.jsonl").write_text(finished_metrics(selection.STEPS))
         return subprocess.CompletedProcess(cmd, 0, "", "")
 

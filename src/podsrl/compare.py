@@ -190,8 +190,7 @@ def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget
     """Train each run of ``plan`` that is not done: resumed from its checkpoint, or from step 0;
     the steps a run logged beyond that are replayed (``replay``). ``jobs`` at a time, each in a
     spawned process of its own where ``jobs`` > 1."""
-    from podsrl.checkpoint import latest_checkpoint
-    from podsrl.rundir import discard_unfinished, finished_steps
+    from podsrl.rundir import finished_steps, how_to_start
 
     total, unit = budget.total, budget.unit
     todo = []
@@ -202,14 +201,13 @@ def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget
             continue
         c.replay = True  # a run whose checkpoint is lost trains its logged steps again: on its recorded
         c.save_rollouts = not c.async_lag  # completions where it kept them, without generating
-        if run_dir.is_dir() and latest_checkpoint(run_dir) is not None:
-            c.resume = True
-        elif run_dir.exists() and (kept := finished_steps(run_dir)):  # interrupted, and its checkpoint lost
+        start = how_to_start(run_dir)
+        c.resume = start == "resume"
+        if start == "replay":  # interrupted, and its checkpoint lost
+            kept = finished_steps(run_dir)
             print(f"[{i}/{len(plan)}] {method} seed {seed}: its earlier run stopped after step {kept} without a "
                   f"checkpoint: replaying steps 1-{kept} (trained again without evaluation, each checked against its "
                   "record), then training on", flush=True)
-        elif run_dir.exists():  # nothing finished: started afresh
-            discard_unfinished(run_dir)
         todo.append((f"[{i}/{len(plan)}] {method} seed {seed}: training for {total:.0f}{unit}", c, run_dir))
     if jobs == 1:
         for line, c, run_dir in todo:
@@ -222,7 +220,7 @@ def _train_and_prune(line: str, c, run_dir: Path, keep: str) -> None:
     """One run of a comparison (``line`` says that it starts)."""
     from podsrl.checkpoint import latest_checkpoint
     from podsrl.replay import ReplayMismatch
-    from podsrl.rundir import discard_unfinished
+    from podsrl.rundir import how_to_start
     from podsrl.trainer import train
 
     print(line, flush=True)
@@ -232,9 +230,7 @@ def _train_and_prune(line: str, c, run_dir: Path, keep: str) -> None:
         print(f"{e}: training it again{' from its checkpoint' if latest_checkpoint(run_dir) else ' from step 0'} "
               "(its later metrics replaced)", flush=True)
         c.replay = False
-        c.resume = latest_checkpoint(run_dir) is not None
-        if not c.resume:
-            discard_unfinished(run_dir)
+        c.resume = how_to_start(run_dir, replay=False) == "resume"
         train(c)
     prune(run_dir, keep)
 

@@ -203,6 +203,21 @@ def discard_unfinished(path: Path) -> None:
         os.close(fd)
 
 
+def how_to_start(path: Path, replay: bool = True) -> str:
+    """How a caller that owns its run folders (``podsrl compare``, the benchmark drivers) trains
+    the run in ``path`` on: ``"resume"`` from its latest checkpoint; else, with ``replay`` and logged
+    steps, ``"replay"`` them (trained again on their recorded completions, each checked against its
+    record); else ``"fresh"``, from step 0, an unfinished run's files cleared first
+    (:func:`discard_unfinished`; refused while another run holds the folder)."""
+    if latest_checkpoint(path) is not None:
+        return "resume"
+    if replay and finished_steps(path):
+        return "replay"
+    if path.is_dir():
+        discard_unfinished(path)
+    return "fresh"
+
+
 @contextmanager
 def comparison_lock(out: Path):
     """Hold ``out`` for one ``podsrl compare``: another one into it is refused at once."""
