@@ -218,7 +218,6 @@ def _train_plan(out: Path, plan: list, configs: dict, done: dict, budget: Budget
 
 def _train_and_prune(line: str, c, run_dir: Path, keep: str) -> None:
     """One run of a comparison (``line`` says that it starts)."""
-    from podsrl.checkpoint import latest_checkpoint
     from podsrl.replay import ReplayMismatch
     from podsrl.rundir import how_to_start
     from podsrl.trainer import train
@@ -227,10 +226,10 @@ def _train_and_prune(line: str, c, run_dir: Path, keep: str) -> None:
     try:
         train(c)
     except ReplayMismatch as e:  # not reproducible here: its logged steps are trained again, and replaced
-        print(f"{e}: training it again{' from its checkpoint' if latest_checkpoint(run_dir) else ' from step 0'} "
-              "(its later metrics replaced)", flush=True)
         c.replay = False
         c.resume = how_to_start(run_dir, replay=False) == "resume"
+        print(f"{e}: training it again{' from its checkpoint' if c.resume else ' from step 0'} "
+              "(its later metrics replaced)", flush=True)
         train(c)
     prune(run_dir, keep)
 
